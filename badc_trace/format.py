@@ -1,0 +1,353 @@
+"""Trace format v1: chunked, individually compressed msgpack records.
+
+The byte layout is specified in docs/trace-format.md; this module is its reference implementation.
+Each chunk is a 28-byte zstd *skippable* frame (the chunk descriptor) followed by one zstd frame
+holding whole msgpack records, so a trace is still a valid zstd stream (`zstd -d` yields the raw
+msgpack). The descriptor carries lengths, a record count and CRCs so a reader can bound every
+allocation before it makes it, and can tell a torn tail (the file ends inside a chunk, or without
+the end record) from corruption (bytes that are present but wrong).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import time
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import IO, Any
+
+import msgpack
+import zstandard
+
+FORMAT_NAME = "badc-trace"
+FORMAT_VERSION = (1, 0)
+
+SKIPPABLE_MAGIC = 0x184D2A5B  # one of zstd's 16 skippable-frame magics
+DESCRIPTOR_TAG = b"BDC1"
+_DESC = struct.Struct("<II4sIIII")  # magic, frame size, tag, comp_len, raw_len, n_records, raw_crc
+DESCRIPTOR_SIZE = _DESC.size + 4  # + CRC32 of the preceding 24 bytes
+
+# Reader limits. The writer never exceeds them; a file that declares more is rejected before any
+# allocation, so a hostile file costs at most these many bytes of memory.
+MAX_RAW_CHUNK = 16 * 1024 * 1024
+MAX_COMPRESSED_CHUNK = MAX_RAW_CHUNK + 65536
+MAX_RECORDS_PER_CHUNK = 1_000_000
+MAX_DEPTH = 32
+MAX_WINDOW = 1 << 23
+
+HEADER_FIELDS = {"engine": str, "build": str, "config": dict, "seal": str}
+
+
+class TraceFormatError(ValueError):
+    """A trace file is not valid v1; ``offset`` is the byte offset where reading failed."""
+
+    def __init__(self, path: str, offset: int, message: str):
+        self.path = path
+        self.offset = offset
+        self.reason = message
+        super().__init__(f"{path}: byte {offset}: {message}")
+
+
+class TornTailError(TraceFormatError):
+    """The file ends inside a chunk or without its end record: a writer that did not close."""
+
+
+@dataclass(frozen=True)
+class TornTail:
+    offset: int  # start of the first chunk that is not whole, or the file size
+    reason: str
+
+
+def _pack(record: Mapping[str, Any]) -> bytes:
+    return msgpack.packb(record, use_bin_type=True)
+
+
+class TraceWriter:
+    """Appends records; flushes whole chunks so a crash loses at most the chunk being filled.
+
+    A chunk is written when it reaches ``chunk_bytes`` or ``chunk_records``, when ``flush_seconds``
+    have passed since the last write, on ``flush()`` and on ``close()``. ``fsync=True`` also asks
+    the OS to persist each chunk (survives power loss, not only a process crash).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        engine: str,
+        build: str,
+        config: Mapping[str, Any] | None = None,
+        seal: str = "",
+        chunk_bytes: int = 256 * 1024,
+        chunk_records: int = 65536,
+        flush_seconds: float = 2.0,
+        level: int = 3,
+        fsync: bool = False,
+    ):
+        if chunk_bytes > MAX_RAW_CHUNK // 2:
+            raise ValueError(f"chunk_bytes must be at most {MAX_RAW_CHUNK // 2}")
+        self.path = os.fspath(path)
+        self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        self._cctx = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        self._buf: list[bytes] = []
+        self._buf_bytes = 0
+        self._chunk_bytes = chunk_bytes
+        self._chunk_records = chunk_records
+        self._flush_seconds = flush_seconds
+        self._last_flush = time.monotonic()
+        self._fsync = fsync
+        self.records_written = 0
+        header = {
+            "type": "header",
+            "format": FORMAT_NAME,
+            "version": list(FORMAT_VERSION),
+            "engine": engine,
+            "build": build,
+            "config": dict(config or {}),
+            "seal": seal,
+            "created": time.time(),
+        }
+        self.write(header)
+        self.flush()
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        if self._file.closed:
+            raise ValueError(f"trace {self.path} is closed")
+        packed = _pack(record)
+        if len(packed) > MAX_RAW_CHUNK // 2:
+            raise ValueError(f"record of {len(packed)} bytes exceeds the trace limit")
+        if self._buf_bytes + len(packed) > self._chunk_bytes and self._buf:
+            self.flush()
+        self._buf.append(packed)
+        self._buf_bytes += len(packed)
+        self.records_written += 1
+        if (
+            len(self._buf) >= self._chunk_records
+            or self._buf_bytes >= self._chunk_bytes
+            or time.monotonic() - self._last_flush >= self._flush_seconds
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._buf:
+            return
+        raw = b"".join(self._buf)
+        comp = self._cctx.compress(raw)
+        desc = _DESC.pack(
+            SKIPPABLE_MAGIC, DESCRIPTOR_SIZE - 8, DESCRIPTOR_TAG, len(comp), len(raw), len(self._buf),
+            zlib.crc32(raw),
+        )
+        # One write call per chunk: a kill lands before it, after it, or tears only this chunk.
+        self._file.write(desc + struct.pack("<I", zlib.crc32(desc)) + comp)
+        self._file.flush()
+        if self._fsync:
+            os.fsync(self._file.fileno())
+        self._buf.clear()
+        self._buf_bytes = 0
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        self.write({"type": "end", "records": self.records_written})
+        self.flush()
+        self._file.close()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_depth(obj: Any, path: str, offset: int) -> None:
+    # Iterative, so a deep record cannot exhaust the interpreter's stack.
+    stack = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise TraceFormatError(path, offset, f"record nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+
+
+class TraceReader:
+    """Streams the records of a trace in constant memory (one chunk at a time).
+
+    Iterating yields every record after the header (available as ``header``), end record excluded.
+    On a torn tail, iteration raises :class:`TornTailError` after the last whole chunk's records,
+    unless ``allow_torn_tail`` is set, in which case it stops and sets ``torn_tail``. Any other
+    defect raises :class:`TraceFormatError` with the byte offset.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, allow_torn_tail: bool = False):
+        self.path = os.fspath(path)
+        self.allow_torn_tail = allow_torn_tail
+        self.torn_tail: TornTail | None = None
+        self.complete = False
+        self._file: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed in close()
+        self._size = os.fstat(self._file.fileno()).st_size
+        self._dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
+        self._chunks = self._iter_chunks()
+        self._pending: list[Any] = []
+        try:
+            self.header = self._read_header()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- chunk level -------------------------------------------------------------------------
+    def _fail(self, offset: int, message: str) -> TraceFormatError:
+        return TraceFormatError(self.path, offset, message)
+
+    def _torn(self, offset: int, message: str) -> TornTailError:
+        return TornTailError(self.path, offset, message)
+
+    def _iter_chunks(self) -> Iterator[tuple[int, list[Any]]]:
+        offset = 0
+        while offset < self._size:
+            desc = self._file.read(DESCRIPTOR_SIZE)
+            if len(desc) < DESCRIPTOR_SIZE:
+                raise self._torn(offset, f"file ends inside a chunk descriptor ({len(desc)} of "
+                                         f"{DESCRIPTOR_SIZE} bytes)")
+            magic, fsize, tag, comp_len, raw_len, n_records, raw_crc = _DESC.unpack_from(desc)
+            (desc_crc,) = struct.unpack_from("<I", desc, _DESC.size)
+            if magic != SKIPPABLE_MAGIC or tag != DESCRIPTOR_TAG:
+                raise self._fail(offset, "not a badc trace chunk descriptor (bad magic)")
+            if fsize != DESCRIPTOR_SIZE - 8 or zlib.crc32(desc[: _DESC.size]) != desc_crc:
+                raise self._fail(offset, "chunk descriptor checksum mismatch (corrupt descriptor)")
+            if comp_len > MAX_COMPRESSED_CHUNK or raw_len > MAX_RAW_CHUNK:
+                raise self._fail(offset, f"chunk declares {comp_len} compressed / {raw_len} raw bytes, "
+                                         f"over the limit of {MAX_RAW_CHUNK}")
+            if n_records == 0 or n_records > min(MAX_RECORDS_PER_CHUNK, raw_len):
+                raise self._fail(offset, f"chunk declares an impossible record count {n_records}")
+            body_at = offset + DESCRIPTOR_SIZE
+            comp = self._file.read(comp_len)
+            if len(comp) < comp_len:
+                raise self._torn(offset, f"file ends inside a chunk ({len(comp)} of {comp_len} "
+                                         "compressed bytes present)")
+            raw = self._decompress(comp, raw_len, body_at)
+            if zlib.crc32(raw) != raw_crc:
+                raise self._fail(body_at, "chunk content checksum mismatch (corrupt data)")
+            yield offset, self._unpack(raw, n_records, body_at)
+            offset = body_at + comp_len
+
+    def _decompress(self, comp: bytes, raw_len: int, at: int) -> bytes:
+        try:
+            declared = zstandard.frame_content_size(comp)
+        except zstandard.ZstdError as e:
+            raise self._fail(at, f"bad zstd frame header: {e}") from None
+        if declared != raw_len:
+            raise self._fail(at, f"zstd frame declares {declared} bytes, descriptor says {raw_len}")
+        out = io.BytesIO()
+        try:
+            # Streaming with a hard cap: a decompression bomb stops at raw_len + 1 bytes.
+            with self._dctx.stream_reader(io.BytesIO(comp), read_across_frames=False) as r:
+                while out.tell() <= raw_len:
+                    piece = r.read(min(65536, raw_len + 1 - out.tell()))
+                    if not piece:
+                        break
+                    out.write(piece)
+        except zstandard.ZstdError as e:
+            raise self._fail(at, f"zstd decompression failed: {e}") from None
+        if out.tell() != raw_len:
+            raise self._fail(at, f"chunk decompresses to {out.tell()}+ bytes, expected {raw_len}")
+        return out.getvalue()
+
+    def _unpack(self, raw: bytes, n_records: int, at: int) -> list[Any]:
+        unpacker = msgpack.Unpacker(
+            raw=False, strict_map_key=True, use_list=True, max_buffer_size=max(len(raw), 1),
+            max_ext_len=0,
+        )
+        unpacker.feed(raw)
+        records = []
+        try:
+            for rec in unpacker:
+                if len(records) >= n_records:
+                    raise self._fail(at, f"chunk holds more than its declared {n_records} records")
+                if not isinstance(rec, dict):
+                    raise self._fail(at, f"record {len(records)} of chunk is a {type(rec).__name__}, "
+                                         "expected a map")
+                _check_depth(rec, self.path, at)
+                if not isinstance(rec.get("type"), str):
+                    raise self._fail(at, f"record {len(records)} of chunk has no string 'type' field")
+                records.append(rec)
+        except TraceFormatError:
+            raise
+        except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as e:
+            raise self._fail(at, f"malformed msgpack record: {type(e).__name__}: {e}") from None
+        if len(records) != n_records:
+            raise self._fail(at, f"chunk holds {len(records)} whole records, declared {n_records}")
+        return records
+
+    # -- record level ------------------------------------------------------------------------
+    def _next_chunk(self) -> tuple[int, list[Any]] | None:
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            return None
+
+    def _read_header(self) -> dict[str, Any]:
+        if self._size == 0:
+            raise self._fail(0, "empty file: no header")
+        chunk = self._next_chunk()
+        assert chunk is not None
+        offset, records = chunk
+        header = records[0]
+        if header.get("type") != "header" or header.get("format") != FORMAT_NAME:
+            raise self._fail(offset, "first record is not a badc-trace header")
+        version = header.get("version")
+        if not (isinstance(version, list) and len(version) == 2 and all(type(v) is int for v in version)):
+            raise self._fail(offset, "header field 'version' must be [major, minor]")
+        if version[0] != FORMAT_VERSION[0]:
+            raise self._fail(offset, f"trace format version {version[0]}.{version[1]} is not readable "
+                                     f"by this reader (major {FORMAT_VERSION[0]})")
+        for name, typ in HEADER_FIELDS.items():
+            if not isinstance(header.get(name), typ):
+                raise self._fail(offset, f"header field {name!r} must be a {typ.__name__}")
+        self._pending = records[1:]
+        return header
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            while True:
+                for rec in self._pending:
+                    if rec["type"] == "end":
+                        self.complete = True
+                        return
+                    yield rec
+                try:
+                    chunk = self._next_chunk()
+                except TornTailError as e:
+                    if not self.allow_torn_tail:
+                        raise
+                    self.torn_tail = TornTail(e.offset, e.reason)
+                    return
+                if chunk is None:
+                    reason = "no end record: the writer did not close the trace"
+                    if not self.allow_torn_tail:
+                        raise self._torn(self._size, reason)
+                    self.torn_tail = TornTail(self._size, reason)
+                    return
+                self._pending = chunk[1]
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> TraceReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_trace(path: str | os.PathLike[str], *, allow_torn_tail: bool = False) -> TraceReader:
+    """Open a trace for streaming; see :class:`TraceReader`."""
+    return TraceReader(path, allow_torn_tail=allow_torn_tail)

@@ -1,0 +1,236 @@
+"""Trace format v1: round trip, crash safety and hostile input."""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+import tracemalloc
+import zlib
+
+import msgpack
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from badc_trace.format import (
+    _DESC,
+    DESCRIPTOR_SIZE,
+    DESCRIPTOR_TAG,
+    SKIPPABLE_MAGIC,
+    TornTailError,
+    TraceFormatError,
+    TraceWriter,
+    read_trace,
+)
+
+
+def _write(path, records, **kw):
+    with TraceWriter(path, engine="llama_cpp", build="0.3.36", config={"id": "T"}, seal="abc", **kw) as w:
+        for r in records:
+            w.write(r)
+
+
+def _chunk(raw: bytes, *, comp: bytes | None = None, raw_len: int | None = None, n: int = 1,
+           comp_len: int | None = None) -> bytes:
+    """A chunk with a valid descriptor checksum around arbitrary (possibly hostile) content."""
+    comp = zstandard.ZstdCompressor().compress(raw) if comp is None else comp
+    desc = _DESC.pack(SKIPPABLE_MAGIC, DESCRIPTOR_SIZE - 8, DESCRIPTOR_TAG,
+                      len(comp) if comp_len is None else comp_len,
+                      len(raw) if raw_len is None else raw_len, n, zlib.crc32(raw))
+    return desc + struct.pack("<I", zlib.crc32(desc)) + comp
+
+
+HEADER = msgpack.packb({"type": "header", "format": "badc-trace", "version": [1, 0], "engine": "x",
+                        "build": "1", "config": {}, "seal": ""})
+END = msgpack.packb({"type": "end", "records": 1})
+
+
+def test_round_trip_million_records(tmp_path):
+    path = tmp_path / "t.badc"
+    n = 1_000_000
+    _write(path, ({"type": "call", "i": i, "ids": [i % 7, i % 5], "p": i * 0.5} for i in range(n)))
+    reader = read_trace(path)
+    assert reader.header["engine"] == "llama_cpp" and reader.header["config"] == {"id": "T"}
+    count = 0
+    for i, rec in enumerate(reader):
+        assert rec == {"type": "call", "i": i, "ids": [i % 7, i % 5], "p": i * 0.5}
+        count += 1
+    assert count == n and reader.complete and reader.torn_tail is None
+
+
+def test_file_is_a_plain_zstd_stream(tmp_path):
+    path = tmp_path / "t.badc"
+    _write(path, [{"type": "call", "i": 1}])
+    # A skippable frame is skipped by any zstd decoder; only the msgpack records come out.
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(path.read_bytes()),
+                                                    read_across_frames=True) as r:
+        recs = list(msgpack.Unpacker(io.BytesIO(r.read()), raw=False))
+    assert [r["type"] for r in recs] == ["header", "call", "end"]
+
+
+def test_reader_streams_in_constant_memory(tmp_path):
+    path = tmp_path / "t.badc"
+    _write(path, ({"type": "call", "i": i, "pad": "x" * 64} for i in range(300_000)))
+    tracemalloc.start()
+    n = sum(1 for _ in read_trace(path))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert n == 300_000
+    assert path.stat().st_size > 0 and peak < 8 * 1024 * 1024, peak  # the file's raw content is ~30 MB
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from badc_trace.format import TraceWriter
+    w = TraceWriter(sys.argv[1], engine="e", build="b", chunk_bytes=4096)
+    i = 0
+    while True:
+        w.write({"type": "call", "i": i, "pad": "y" * (i % 97)})
+        i += 1
+        if i == 5000:
+            print("ready", flush=True)
+""")
+
+
+def test_sigkill_mid_write_keeps_every_complete_chunk(tmp_path):
+    path = tmp_path / "killed.badc"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"ready"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    reader = read_trace(path, allow_torn_tail=True)
+    seq = [r["i"] for r in reader]
+    assert len(seq) >= 5000 and seq == list(range(len(seq)))
+    assert reader.torn_tail is not None and not reader.complete
+    # Strict reading yields the same records, then names the torn tail.
+    got = []
+    with pytest.raises(TornTailError) as err:
+        for r in read_trace(path):
+            got.append(r["i"])
+    assert got == seq and err.value.offset == reader.torn_tail.offset
+    # Cutting the file inside its last chunk is reported at that chunk's offset.
+    data = path.read_bytes()
+    cut = tmp_path / "cut.badc"
+    cut.write_bytes(data[: reader.torn_tail.offset - 3] if reader.torn_tail.offset > 100 else data[:-3])
+    r2 = read_trace(cut, allow_torn_tail=True)
+    seq2 = [r["i"] for r in r2]
+    assert seq2 == seq[: len(seq2)] and len(seq2) < len(seq)
+    assert "inside a chunk" in r2.torn_tail.reason and r2.torn_tail.offset < reader.torn_tail.offset
+
+
+def _consume(path):
+    for _ in read_trace(path):
+        pass
+
+
+@pytest.mark.parametrize(
+    "name, blob, fragment",
+    [
+        ("empty", b"", "empty file"),
+        ("not a trace", b"hello world, this is text" * 3, "bad magic"),
+        ("huge compressed length", _chunk(HEADER, comp_len=2**31), "over the limit"),
+        ("huge raw length", _chunk(HEADER, raw_len=2**31), "over the limit"),
+        ("bomb", _chunk(b"\0" * 100, comp=zstandard.ZstdCompressor().compress(b"\0" * 50_000_000)),
+         "declares 50000000"),
+        ("bomb without size", _chunk(b"\0" * 100, comp=zstandard.ZstdCompressor(write_content_size=False)
+                                     .compress(b"\0" * 50_000_000)), "declares"),
+        ("deep nesting", _chunk(HEADER) + _chunk(b"\x91" * 100_000 + b"\xc0"), "malformed msgpack"),
+        ("nesting over limit", _chunk(HEADER) + _chunk(msgpack.packb(
+            {"type": "x", "v": functools.reduce(lambda a, _: [a], range(40), 0)})),
+         "nested deeper"),
+        ("record not a map", _chunk(HEADER) + _chunk(msgpack.packb([1, 2])), "expected a map"),
+        ("no type", _chunk(HEADER) + _chunk(msgpack.packb({"a": 1})), "'type'"),
+        ("non-string key", _chunk(msgpack.packb({1: 2})), "malformed msgpack"),
+        ("ext type", _chunk(msgpack.packb({"type": msgpack.ExtType(5, b"x" * 10)})), "malformed"),
+        ("wrong header", _chunk(msgpack.packb({"type": "call"})), "not a badc-trace header"),
+        ("header field type", _chunk(msgpack.packb({"type": "header", "format": "badc-trace",
+                                                    "version": [1, 0], "engine": 3, "build": "b",
+                                                    "config": {}, "seal": ""})), "'engine'"),
+        ("future major", _chunk(msgpack.packb({"type": "header", "format": "badc-trace",
+                                               "version": [2, 0]})), "version 2.0"),
+        ("record count lie", _chunk(HEADER + END, n=1), "more than its declared"),
+        ("record count short", _chunk(HEADER, n=2), "declared 2"),
+    ],
+)
+def test_hostile_inputs_fail_clearly(tmp_path, name, blob, fragment):
+    path = tmp_path / "h.badc"
+    path.write_bytes(blob)
+    with pytest.raises(TraceFormatError) as err:
+        _consume(path)
+    assert fragment in str(err.value) and "byte " in str(err.value), str(err.value)
+    assert str(path) in str(err.value)
+
+
+def test_hostile_error_names_the_bad_chunk_offset(tmp_path):
+    good = _chunk(HEADER)
+    path = tmp_path / "h.badc"
+    path.write_bytes(good + _chunk(msgpack.packb([1])))
+    with pytest.raises(TraceFormatError) as err:
+        _consume(path)
+    assert err.value.offset == len(good) + DESCRIPTOR_SIZE
+
+
+@pytest.fixture(scope="module")
+def valid_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fuzz") / "base.badc"
+    _write(path, ({"type": "call", "i": i, "ids": list(range(i % 9))} for i in range(400)),
+           chunk_bytes=1024)
+    return path.read_bytes()
+
+
+@settings(max_examples=2000, deadline=2000, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_mutated_and_hostile_inputs_only_raise_trace_format_error(valid_trace, tmp_path_factory, data):
+    kind = data.draw(st.sampled_from(["truncate", "flip", "splice", "hostile", "garbage"]))
+    blob = bytearray(valid_trace)
+    if kind == "truncate":
+        blob = blob[: data.draw(st.integers(0, len(blob) - 1))]
+    elif kind == "flip":
+        for _ in range(data.draw(st.integers(1, 4))):
+            i = data.draw(st.integers(0, len(blob) - 1))
+            blob[i] ^= 1 << data.draw(st.integers(0, 7))
+    elif kind == "splice":
+        i = data.draw(st.integers(0, len(blob)))
+        blob[i:i] = data.draw(st.binary(max_size=64))
+    elif kind == "hostile":
+        body = data.draw(st.one_of(
+            st.binary(max_size=200),
+            st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.text(max_size=8),
+                         lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=4), c,
+                                                                            max_size=4),
+                         max_leaves=30).map(lambda v: msgpack.packb(v)),
+        ))
+        blob = bytearray(_chunk(HEADER) + _chunk(
+            body, raw_len=data.draw(st.sampled_from([len(body), 0, 2**24, 2**32 - 1])),
+            n=data.draw(st.integers(0, 2**32 - 1)),
+            comp_len=data.draw(st.sampled_from([None, 0, 2**32 - 1]))))
+    else:
+        blob = bytearray(data.draw(st.binary(max_size=300)))
+    path = tmp_path_factory.mktemp("m") / "m.badc"
+    path.write_bytes(bytes(blob))
+    tracemalloc.start()
+    try:
+        _consume(path)
+    except TraceFormatError as e:
+        assert e.offset >= 0 and e.offset <= len(blob)
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert peak < 32 * 1024 * 1024
+
+
+def test_writer_rejects_use_after_close(tmp_path):
+    w = TraceWriter(tmp_path / "c.badc", engine="e", build="b")
+    w.close()
+    with pytest.raises(ValueError, match="closed"):
+        w.write({"type": "call"})
+    assert os.path.getsize(tmp_path / "c.badc") > 0
