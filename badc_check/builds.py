@@ -1,0 +1,70 @@
+"""Which engine builds exist and which interpreter runs each (one virtual environment per build)."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BUILDS_FILE = Path(__file__).with_name("builds.toml")
+READY_STAMP = ".badc-ready"
+
+
+def repo_root() -> Path:
+    """The folder holding .venv and .venvs: BADC_HOME, else the checkout badc runs from."""
+    env = os.environ.get("BADC_HOME")
+    return Path(env) if env else Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Build:
+    name: str
+    engine: str
+    version: str
+    requirements: tuple[str, ...]
+    default: bool = False
+    build_env: dict[str, str] = field(default_factory=dict)
+    uninstall: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def venv(self) -> Path:
+        return repo_root() / ".venvs" / self.name
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def installed(self) -> bool:
+        return (self.venv / READY_STAMP).exists() and self.python.exists()
+
+
+def load_builds(path: Path = BUILDS_FILE) -> dict[str, Build]:
+    with open(path, "rb") as f:
+        table = tomllib.load(f)["builds"]
+    return {
+        name: Build(name=name, engine=b["engine"], version=b["version"],
+                    requirements=tuple(b["requirements"]), default=b.get("default", False),
+                    build_env=dict(b.get("build_env", {})), uninstall=tuple(b.get("uninstall", ())),
+                    note=b.get("note", ""))
+        for name, b in table.items()
+    }
+
+
+def installed_builds() -> list[Build]:
+    return [b for b in load_builds().values() if b.installed]
+
+
+def build_for(engine: str, version: str) -> Build:
+    """The build that runs `engine` at `version`, with a clear error if it is unknown or missing."""
+    builds = load_builds()
+    name = f"{engine}-{version}"
+    if name not in builds:
+        known = ", ".join(sorted(b for b in builds if b.startswith(engine + "-"))) or "none"
+        raise LookupError(f"no build {name!r} is declared in {BUILDS_FILE.name} (known for {engine}: {known})")
+    build = builds[name]
+    if not build.installed:
+        raise LookupError(f"build {name!r} is not set up: run `python3.11 tools/setup_envs.py --builds {name}`")
+    return build

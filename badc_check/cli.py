@@ -1,0 +1,74 @@
+"""The `badc` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from badc_trace.tiny import ENGINES
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from badc_check.counts_io import CountsError, load_counts
+    from badc_check.decide import decide_all
+    from badc_check.report_text import decisions_table
+
+    try:
+        settings, configs = load_counts(args.counts)
+    except CountsError as e:
+        print(f"badc check: {e}", file=sys.stderr)
+        return 2
+    decisions = decide_all(configs, alpha=settings["alpha"], threshold=settings["threshold"], m=settings["m"],
+                           anytime=args.anytime)
+    if args.json:
+        print(json.dumps({**settings, "anytime": args.anytime, "configs": [d.to_dict() for d in decisions]},
+                         indent=1))
+    else:
+        print(decisions_table(decisions, settings, anytime=args.anytime))
+    return 0
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from badc_check.models_cmd import run
+
+    return run(args.engine, args.seed, args.prompt, args.json)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="badc",
+        description="Branch-aware differential conformance testing: is an engine's speculative decoding "
+                    "lossless once processors, stop rules and records are composed with it?")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    c = sub.add_parser("check", help="turn arm counts collected elsewhere into decisions",
+                       description="Decide every configuration of a COUNTS.json file (schema: DESIGN.md, "
+                                   "'Outcomes and counts'; docs/counts.md).")
+    c.add_argument("counts", metavar="COUNTS.json")
+    c.add_argument("--json", action="store_true", help="print the decision fields as JSON")
+    c.add_argument("--anytime", action="store_true",
+                   help="use anytime-valid confidence sequences (valid at every look) instead of fixed-n "
+                        "Clopper-Pearson bounds")
+    c.set_defaults(func=_cmd_check)
+    mo = sub.add_parser("models", help="show each installed build's tiny model and its first-step law",
+                        description="For every installed engine build, load the embedded tiny model in "
+                                    "the real engine and print its exact next-token law after the prompt.")
+    mo.add_argument("--engine", action="append", choices=ENGINES, help="only this engine (repeatable)")
+    mo.add_argument("--seed", type=int, help="model seed (default: each engine's default tiny seed)")
+    mo.add_argument("--prompt", help="prompt text (default: abcdabcdab)")
+    mo.add_argument("--json", action="store_true")
+    mo.set_defaults(func=_cmd_models)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("badc: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Reading COUNTS.json (DESIGN.md, "Outcomes and counts") with errors that name the bad field."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from badc_check.channels import RecordArm
+from badc_check.decide import Arm, Config
+from badc_check.outcomes import OutcomeError, parse_outcome
+
+RECORD_STATUSES = ("complete", "incomplete", "not_returned")
+ROLES = ("probe", "negative-control", "positive-control")
+
+
+class CountsError(ValueError):
+    def __init__(self, path: str, where: str, message: str):
+        self.path, self.where = path, where
+        super().__init__(f"{path}: {where}: {message}")
+
+
+class _Reader:
+    def __init__(self, path: str):
+        self.path = path
+
+    def fail(self, where: str, message: str) -> CountsError:
+        return CountsError(self.path, where, message)
+
+    def obj(self, v: Any, where: str) -> dict:
+        if not isinstance(v, dict):
+            raise self.fail(where, f"expected an object, got {type(v).__name__}")
+        return v
+
+    def int(self, v: Any, where: str) -> int:
+        if type(v) is not int or v < 0:
+            raise self.fail(where, f"expected a non-negative integer, got {v!r}")
+        return v
+
+    def prob(self, v: Any, where: str, *, positive: bool = False) -> float:
+        if type(v) not in (int, float) or not math.isfinite(v) or not 0 <= v <= 1 or (positive and v <= 0):
+            raise self.fail(where, f"expected a probability in {'(0' if positive else '[0'}, 1], got {v!r}")
+        return float(v)
+
+    def outcome(self, y: Any, where: str) -> str:
+        try:
+            parse_outcome(y)
+        except OutcomeError as e:
+            raise self.fail(where, str(e)) from None
+        return y
+
+    def counts(self, v: Any, where: str) -> dict[str, int]:
+        return {self.outcome(y, f"{where}[{y!r}]"): self.int(k, f"{where}[{y!r}]")
+                for y, k in self.obj(v, where).items()}
+
+    def law(self, v: Any, where: str) -> dict[str, float]:
+        law = {self.outcome(y, f"{where}[{y!r}]"): self.prob(p, f"{where}[{y!r}]")
+               for y, p in self.obj(v, where).items()}
+        total = sum(law.values())
+        if abs(total - 1) > 1e-6:
+            raise self.fail(where, f"probabilities sum to {total:.9f}, not 1")
+        return law
+
+    def records(self, v: Any, where: str) -> RecordArm:
+        v = self.obj(v, where)
+        draws = self.int(v.get("draws"), f"{where}.draws")
+        mismatch = self.int(v.get("mismatch"), f"{where}.mismatch")
+        positions = {}
+        for p, k in self.obj(v.get("positions", {}), f"{where}.positions").items():
+            if not p.isdigit():
+                raise self.fail(f"{where}.positions[{p!r}]", "positions are keyed by integers")
+            positions[int(p)] = self.int(k, f"{where}.positions[{p!r}]")
+        if mismatch > draws:
+            raise self.fail(f"{where}.mismatch", f"{mismatch} mismatches in {draws} draws")
+        return RecordArm(draws, mismatch, positions)
+
+    def config(self, c: Any, where: str) -> Config:
+        c = self.obj(c, where)
+        cid = c.get("id")
+        if not isinstance(cid, str) or not cid:
+            raise self.fail(f"{where}.id", "expected a non-empty string")
+        for arm in ("on", "off"):
+            if arm not in c:
+                raise self.fail(where, f"missing field {arm!r} (outcome counts of the arm)")
+        on, off = self.counts(c["on"], f"{where}.on"), self.counts(c["off"], f"{where}.off")
+        reference = self.law(c["reference"], f"{where}.reference") if c.get("reference") is not None else None
+        predicates = {}
+        for name, ys in self.obj(c.get("predicates", {}), f"{where}.predicates").items():
+            if not isinstance(ys, list):
+                raise self.fail(f"{where}.predicates[{name!r}]", "expected a list of violating outcomes")
+            predicates[name] = frozenset(self.outcome(y, f"{where}.predicates[{name!r}]") for y in ys)
+        ex = self.obj(c.get("exercise", {}), f"{where}.exercise")
+        proposed = self.int(ex["proposed"], f"{where}.exercise.proposed") if "proposed" in ex else None
+        accepted = self.int(ex["accepted"], f"{where}.exercise.accepted") if "accepted" in ex else None
+        vio = self.obj(c.get("violations", {}), f"{where}.violations")
+        v_on = self.int(vio.get("on", 0), f"{where}.violations.on")
+        v_off = self.int(vio.get("off", 0), f"{where}.violations.off")
+        hyp = None
+        if c.get("hypothesis") is not None:
+            h = self.obj(c["hypothesis"], f"{where}.hypothesis")
+            if not isinstance(h.get("id"), str):
+                raise self.fail(f"{where}.hypothesis.id", "expected a string")
+            hyp = (h["id"], self.law(h.get("law"), f"{where}.hypothesis.law"))
+        rec = self.obj(c.get("records", {}), f"{where}.records")
+        status = rec.get("status", "not_returned")
+        if status not in RECORD_STATUSES:
+            raise self.fail(f"{where}.records.status", f"expected one of {', '.join(RECORD_STATUSES)}")
+        r_on = self.records(rec["on"], f"{where}.records.on") if "on" in rec else None
+        r_off = self.records(rec["off"], f"{where}.records.off") if "off" in rec else None
+        if status == "complete" and (r_on is None or r_off is None):
+            raise self.fail(f"{where}.records", "status 'complete' needs 'on' and 'off' record counts")
+        support = None
+        if c.get("support") is not None:
+            if not isinstance(c["support"], list):
+                raise self.fail(f"{where}.support", "expected a list of outcomes")
+            support = tuple(self.outcome(y, f"{where}.support") for y in c["support"])
+        role = c.get("role", "probe")
+        if role not in ROLES:
+            raise self.fail(f"{where}.role", f"expected one of {', '.join(ROLES)}")
+        return Config(id=cid, on=Arm(on, v_on, proposed, accepted), off=Arm(off, v_off), reference=reference,
+                      predicates=predicates, hypothesis=hyp, records_status=status, records_on=r_on,
+                      records_off=r_off, declared_support=support, engine=str(c.get("engine", "")),
+                      build=str(c.get("build", "")), role=role)
+
+
+def load_counts(path: str | Path) -> tuple[dict[str, Any], list[Config]]:
+    """(settings {alpha, threshold, m}, configs) from a COUNTS.json file."""
+    path = str(path)
+    r = _Reader(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise CountsError(path, "file", "not found") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        where = f"line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else "file"
+        raise CountsError(path, where, f"not valid JSON: {e}") from None
+    doc = r.obj(doc, "top level")
+    alpha = r.prob(doc.get("alpha", 0.05), "alpha", positive=True)
+    threshold = r.prob(doc.get("threshold", 0.01), "threshold")
+    configs_raw = doc.get("configs")
+    if not isinstance(configs_raw, list) or not configs_raw:
+        raise r.fail("configs", "expected a non-empty list of configurations")
+    configs = [r.config(c, f"configs[{i}]") for i, c in enumerate(configs_raw)]
+    ids = [c.id for c in configs]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise r.fail("configs", f"duplicate ids: {', '.join(dup)}")
+    m = doc.get("m", len(configs))
+    if type(m) is not int or m < len(configs):
+        raise r.fail("m", f"expected an integer >= the number of configs ({len(configs)}), got {m!r}")
+    return {"alpha": alpha, "threshold": threshold, "m": m}, configs

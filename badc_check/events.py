@@ -1,0 +1,164 @@
+"""The event family of channel S, fixed before any draw and closed under complement.
+
+Base events (paper §4.2-4.3): one singleton per outcome in the support of P and of every registered
+hypothesis law, OTHER (crash-free outcomes outside those singletons), token prefixes of length 1
+and 2, output lengths, termination codes, crash, contract violation, and A_H = {y : mu_H(y) > P(y)}
+per hypothesis. The family is the base events and their complements.
+
+Prefix, length and termination events contain crash-free outcomes only, so that crashes, which
+stay outcomes, are counted in the crash event and in complements; an event is *crash-free* when no
+crash outcome can belong to it (E4 eligibility).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from badc_check.outcomes import Outcome, parse_outcome
+
+Law = Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Event:
+    id: str
+    kind: str  # singleton | other | prefix | length | code | crash | violation | hypothesis
+    crash_free: bool
+    complement: bool = False
+
+
+class EventFamily:
+    """Events over outcome strings, with vectorised counting and probabilities."""
+
+    def __init__(self, singletons: Iterable[str], prefixes: Iterable[tuple[int, ...]], lengths: Iterable[int],
+                 codes: Iterable[str], hypothesis_sets: Mapping[str, frozenset[str]] | None = None,
+                 source: str = "reference"):
+        self.source = source
+        base: list[Event] = []
+        self._singleton: dict[str, int] = {}
+        for y in sorted(set(singletons), key=_outcome_order):
+            o = parse_outcome(y)
+            self._singleton[y] = len(base)
+            base.append(Event(f"y={y}", "singleton", not o.crash))
+        self._other = len(base)
+        base.append(Event("OTHER", "other", True))
+        self._prefix: dict[tuple[int, ...], int] = {}
+        for p in sorted(set(prefixes), key=lambda t: (len(t), t)):
+            self._prefix[p] = len(base)
+            base.append(Event("prefix=" + " ".join(map(str, p)), "prefix", True))
+        self._length: dict[int, int] = {}
+        for n in sorted(set(lengths)):
+            self._length[n] = len(base)
+            base.append(Event(f"len={n}", "length", True))
+        self._code: dict[str, int] = {}
+        for c in sorted(set(codes)):
+            self._code[c] = len(base)
+            base.append(Event(f"code={c}", "code", True))
+        self._crash = len(base)
+        base.append(Event("crash", "crash", False))
+        self._violation = len(base)
+        base.append(Event("contract-violation", "violation", True))
+        self._hyp: list[tuple[int, frozenset[str]]] = []
+        for hid, members in (hypothesis_sets or {}).items():
+            cf = not any(parse_outcome(y).crash for y in members)
+            self._hyp.append((len(base), frozenset(members)))
+            base.append(Event(f"A_H({hid})", "hypothesis", cf))
+        self.base = base
+        self.events = base + [Event(f"not {e.id}", e.kind, False, complement=True) for e in base]
+        self.crash_free = np.array([e.crash_free for e in self.events])
+        self.index = {e.id: i for i, e in enumerate(self.events)}
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def build(cls, reference: Law | None, hypotheses: Mapping[str, Law] | None = None,
+              declared: Iterable[str] | None = None) -> EventFamily:
+        """The family for a configuration, from P and the registered hypothesis laws.
+
+        Without a reference the singletons come from `declared` outcomes (fixed in advance);
+        `source` records which, so reports can say how the family was fixed.
+        """
+        hypotheses = dict(hypotheses or {})
+        supports: set[str] = set()
+        if reference is not None:
+            supports |= {y for y, p in reference.items() if p > 0}
+            source = "reference"
+        elif declared is not None:
+            supports |= set(declared)
+            source = "declared"
+        else:
+            source = "empty"
+        for law in hypotheses.values():
+            supports |= {y for y, p in law.items() if p > 0}
+        outs = [parse_outcome(y) for y in supports]
+        ok = [o for o in outs if not o.crash]
+        prefixes = {o.tokens[:k] for o in ok for k in (1, 2) if len(o.tokens) >= k}
+        max_len = max((len(o.tokens) for o in ok), default=0)
+        codes = {o.code for o in ok}
+        ref = reference or {}
+        hsets = {hid: frozenset(y for y, p in law.items() if p > ref.get(y, 0.0))
+                 for hid, law in hypotheses.items()}
+        return cls(supports, prefixes, range(max_len + 1), codes, hsets, source)
+
+    # -- membership --------------------------------------------------------------------------
+    def _members(self, y: str, o: Outcome) -> list[int]:
+        idx = []
+        s = self._singleton.get(y)
+        if s is not None:
+            idx.append(s)
+        if o.crash:
+            idx.append(self._crash)
+        else:
+            if s is None:
+                idx.append(self._other)
+            for k in (1, 2):
+                if len(o.tokens) >= k and (p := self._prefix.get(o.tokens[:k])) is not None:
+                    idx.append(p)
+            if (n := self._length.get(len(o.tokens))) is not None:
+                idx.append(n)
+            if (c := self._code.get(o.code)) is not None:
+                idx.append(c)
+        idx.extend(i for i, members in self._hyp if y in members)
+        return idx
+
+    def _accumulate(self, weights: Mapping[str, float]) -> np.ndarray:
+        rows, vals = [], []
+        for y, w in weights.items():
+            if w:
+                for i in self._members(y, parse_outcome(y)):
+                    rows.append(i)
+                    vals.append(w)
+        out = np.zeros(len(self.base))
+        np.add.at(out, np.asarray(rows, dtype=np.int64), np.asarray(vals, dtype=np.float64))
+        return out
+
+    def counts(self, outcomes: Mapping[str, int], violations: int = 0) -> np.ndarray:
+        """Counts of every event (base events, then complements) among `n` draws."""
+        base = self._accumulate(outcomes)
+        base[self._violation] = violations
+        n = sum(outcomes.values())
+        return np.concatenate([base, n - base])
+
+    def probabilities(self, law: Law) -> np.ndarray:
+        """The probability of every event under an exact law (no contract violations)."""
+        base = self._accumulate(law)
+        total = float(sum(law.values()))
+        return np.concatenate([base, total - base])
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    @property
+    def bounds_per_config(self) -> int:
+        """B for channel S: a lower bound on the on-arm and an upper bound on the off-arm per event.
+
+        The calibration bound L_off(A) = 1 - U_off(not A) is one of these by complement closure.
+        """
+        return 2 * len(self.events)
+
+
+def _outcome_order(y: str) -> tuple:
+    o = parse_outcome(y)
+    return (len(o.tokens), o.tokens, o.code)

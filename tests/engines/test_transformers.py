@@ -1,0 +1,38 @@
+"""The tiny transformers model in the real engine."""
+
+import torch
+
+from badc_trace.tiny import DEFAULT_PROMPT, DEFAULT_SEEDS
+from badc_trace.tiny import transformers as tiny
+
+SEED = DEFAULT_SEEDS["transformers"]
+
+
+def test_one_seed_gives_byte_identical_weights():
+    a, _ = tiny.build(SEED)
+    b, _ = tiny.build(SEED)
+    c, _ = tiny.build(SEED + 1)
+    assert tiny.weights_digest(a) == tiny.weights_digest(b) != tiny.weights_digest(c)
+
+
+def test_tokenizer_is_per_character_with_eos():
+    _, tok = tiny.build(SEED)
+    ids = tok(DEFAULT_PROMPT).input_ids
+    assert ids == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+    assert tok.decode([0, 5, 3]) == "afd" and tok.eos_token_id == tiny.EOS_ID
+
+
+def test_first_step_has_visible_mass_everywhere():
+    dist = tiny.first_step_distribution(SEED)
+    assert set(dist) == set(tiny.VOCAB) and abs(sum(dist.values()) - 1) < 1e-9
+    assert min(dist.values()) >= 1e-3 and max(dist.values()) <= 0.9, dist
+
+
+def test_generate_with_prompt_lookup_runs():
+    model, tok = tiny.build(SEED)
+    ids = tok(DEFAULT_PROMPT, return_tensors="pt").input_ids
+    torch.manual_seed(0)
+    out = model.generate(ids, do_sample=True, max_new_tokens=3, prompt_lookup_num_tokens=3,
+                         max_matching_ngram_size=2)
+    new = out[0, ids.shape[1]:].tolist()
+    assert 1 <= len(new) <= 3 and all(0 <= t < len(tiny.VOCAB) for t in new)

