@@ -64,14 +64,14 @@ class ChannelS:
 
 
 def channel_s(family: EventFamily, on_counts: np.ndarray, n_on: int, off_counts: np.ndarray, n_off: int,
-              tail: float, anytime: bool = False) -> ChannelS:
+              tail: float, crash_free: np.ndarray, anytime: bool = False) -> ChannelS:
     lower, upper = (cs_lower, cs_upper) if anytime else (cp_lower, cp_upper)
     l_on = lower(on_counts, n_on, tail)
     u_off = upper(off_counts, n_off, tail)
     l_off = lower(off_counts, n_off, tail)
     gap = l_on - u_off
     i = int(np.argmax(gap))
-    cf = np.where(family.crash_free, gap, -np.inf)
+    cf = np.where(crash_free, gap, -np.inf)
     j = int(np.argmax(cf))
     return ChannelS(float(gap[i]), float(cf[j]), family.events[i].id, family.events[j].id, tail,
                     l_on, u_off, l_off)

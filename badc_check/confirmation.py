@@ -61,7 +61,7 @@ def confirm_repair(repair_id: str, family: EventFamily, frozen: Sequence[str],
     n_off, n_on, n_rep = sum(off.values()), sum(on.values()), sum(repaired.values())
     c_off, c_on, c_rep = family.counts(off, off_violations), family.counts(on), family.counts(repaired)
     idx = np.array([family.index[e] for e in frozen], dtype=np.int64)
-    cf = family.crash_free[idx]
+    cf = family.crash_free(off, on)[idx]
     l_off, u_off = cp_lower(c_off[idx], n_off, tail), cp_upper(c_off[idx], n_off, tail)
     rec = cp_lower(c_on[idx], n_on, tail) - u_off
     recurrence = float(rec[cf].max()) if cf.any() else float("-inf")

@@ -6,8 +6,10 @@ and 2, output lengths, termination codes, crash, contract violation, and A_H = {
 per hypothesis. The family is the base events and their complements.
 
 Prefix, length and termination events contain crash-free outcomes only, so that crashes, which
-stay outcomes, are counted in the crash event and in complements; an event is *crash-free* when no
-crash outcome can belong to it (E4 eligibility).
+stay outcomes, are counted in the crash event, in crash singletons and in complements. For E4
+eligibility an event is *crash-free* when it contains none of the crash outcomes observed in either
+arm; choosing that subset after the draws is sound because the bounds hold simultaneously over the
+whole family.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ Law = Mapping[str, float]
 class Event:
     id: str
     kind: str  # singleton | other | prefix | length | code | crash | violation | hypothesis
-    crash_free: bool
     complement: bool = False
 
 
@@ -40,35 +41,32 @@ class EventFamily:
         base: list[Event] = []
         self._singleton: dict[str, int] = {}
         for y in sorted(set(singletons), key=_outcome_order):
-            o = parse_outcome(y)
             self._singleton[y] = len(base)
-            base.append(Event(f"y={y}", "singleton", not o.crash))
+            base.append(Event(f"y={y}", "singleton"))
         self._other = len(base)
-        base.append(Event("OTHER", "other", True))
+        base.append(Event("OTHER", "other"))
         self._prefix: dict[tuple[int, ...], int] = {}
         for p in sorted(set(prefixes), key=lambda t: (len(t), t)):
             self._prefix[p] = len(base)
-            base.append(Event("prefix=" + " ".join(map(str, p)), "prefix", True))
+            base.append(Event("prefix=" + " ".join(map(str, p)), "prefix"))
         self._length: dict[int, int] = {}
         for n in sorted(set(lengths)):
             self._length[n] = len(base)
-            base.append(Event(f"len={n}", "length", True))
+            base.append(Event(f"len={n}", "length"))
         self._code: dict[str, int] = {}
         for c in sorted(set(codes)):
             self._code[c] = len(base)
-            base.append(Event(f"code={c}", "code", True))
+            base.append(Event(f"code={c}", "code"))
         self._crash = len(base)
-        base.append(Event("crash", "crash", False))
+        base.append(Event("crash", "crash"))
         self._violation = len(base)
-        base.append(Event("contract-violation", "violation", True))
+        base.append(Event("contract-violation", "violation"))
         self._hyp: list[tuple[int, frozenset[str]]] = []
         for hid, members in (hypothesis_sets or {}).items():
-            cf = not any(parse_outcome(y).crash for y in members)
             self._hyp.append((len(base), frozenset(members)))
-            base.append(Event(f"A_H({hid})", "hypothesis", cf))
+            base.append(Event(f"A_H({hid})", "hypothesis"))
         self.base = base
-        self.events = base + [Event(f"not {e.id}", e.kind, False, complement=True) for e in base]
-        self.crash_free = np.array([e.crash_free for e in self.events])
+        self.events = base + [Event(f"not {e.id}", e.kind, complement=True) for e in base]
         self.index = {e.id: i for i, e in enumerate(self.events)}
 
     # -- construction ------------------------------------------------------------------------
@@ -132,6 +130,25 @@ class EventFamily:
                     vals.append(w)
         out = np.zeros(len(self.base))
         np.add.at(out, np.asarray(rows, dtype=np.int64), np.asarray(vals, dtype=np.float64))
+        return out
+
+    def crash_free(self, *arms: Mapping[str, int]) -> np.ndarray:
+        """Mask of the events that contain none of the crash outcomes observed in `arms`."""
+        crashes = {y for arm in arms for y, k in arm.items() if k and parse_outcome(y).crash}
+        inside = np.zeros(len(self.base), dtype=bool)  # base event holds some observed crash
+        outside = np.zeros(len(self.base), dtype=bool)  # some observed crash lies outside it
+        for y in crashes:
+            hit = np.zeros(len(self.base), dtype=bool)
+            hit[self._members(y, parse_outcome(y))] = True
+            inside |= hit
+            outside |= ~hit
+        return ~np.concatenate([inside, outside])
+
+    def membership(self, outcomes: list[str]) -> np.ndarray:
+        """0/1 matrix (outcomes x base events), for counting many count vectors at once."""
+        out = np.zeros((len(outcomes), len(self.base)), dtype=np.int64)
+        for r, y in enumerate(outcomes):
+            out[r, self._members(y, parse_outcome(y))] = 1
         return out
 
     def counts(self, outcomes: Mapping[str, int], violations: int = 0) -> np.ndarray:

@@ -1,0 +1,94 @@
+"""`badc check COUNTS.json`: decisions from counts collected elsewhere, clear errors on bad input."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from badc_check.cli import main
+from tests.lawgen import random_law, sample, shifted_law
+
+REPORT_FIELDS = {"id", "engine", "build", "role", "decision", "eligible", "D", "witnesses", "draws", "crashes",
+                 "exercise", "calibration", "hypothesis", "records", "repair", "contract"}
+
+
+def _counts_file(tmp_path, doc):
+    path = tmp_path / "counts.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def _doc():
+    p = random_law(5)
+    mu = shifted_law(p, 0.1, seed=2)
+    rng = np.random.default_rng(0)
+    return {
+        "alpha": 0.05, "threshold": 0.01, "m": 2,
+        "configs": [
+            {"id": "NEG", "role": "negative-control", "engine": "llama_cpp", "build": "0.3.36",
+             "on": sample(p, 20000, rng), "off": sample(p, 20000, rng), "reference": p,
+             "exercise": {"proposed": 900, "accepted": 300}},
+            {"id": "PROBE", "on": sample(mu, 20000, rng), "off": sample(p, 20000, rng), "reference": p,
+             "predicates": {"allowed": ["9|eos"]}, "exercise": {"proposed": 900},
+             "hypothesis": {"id": "H-D1-phys", "law": mu}},
+        ],
+    }
+
+
+def test_json_output_has_the_report_fields(tmp_path, capsys):
+    assert main(["check", _counts_file(tmp_path, _doc()), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["alpha"] == 0.05 and out["m"] == 2
+    neg, probe = out["configs"]
+    assert REPORT_FIELDS <= set(neg)
+    assert neg["decision"] == "NOT_REJECTED" and neg["calibration"]["passed"] is True
+    assert probe["decision"] == "FAILS" and probe["eligible"] is True and probe["D"] > 0.01
+    assert probe["hypothesis"] == {**probe["hypothesis"], "id": "H-D1-phys", "compatible": True,
+                                   "null_rejected": True}
+    assert probe["records"]["status"] == "not_returned"
+
+
+def test_table_output_and_anytime_mode(tmp_path, capsys):
+    path = _counts_file(tmp_path, _doc())
+    assert main(["check", path]) == 0
+    text = capsys.readouterr().out
+    assert "NOT_REJECTED" in text and "FAILS" in text and "H-D1-phys: compatible" in text
+    assert main(["check", path, "--anytime", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["anytime"] is True and out["configs"][1]["decision"] == "FAILS"
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["configs"][0]["on"].update({"3 x|eos": 4}), "configs[0].on['3 x|eos']: outcome"),
+    (lambda d: d["configs"][0]["on"].update({"3|eos": -1}), "configs[0].on['3|eos']: expected a non-negative"),
+    (lambda d: d["configs"][1].pop("off"), "configs[1]: missing field 'off'"),
+    (lambda d: d["configs"][0].update({"reference": {"1|eos": 0.7}}), "configs[0].reference: probabilities sum"),
+    (lambda d: d.update({"alpha": 2}), "alpha: expected a probability"),
+    (lambda d: d.update({"m": 1}), "m: expected an integer >= the number of configs"),
+    (lambda d: d["configs"][1].update({"id": "NEG"}), "duplicate ids: NEG"),
+    (lambda d: d["configs"][1]["predicates"].update({"allowed": "9|eos"}), "expected a list of violating"),
+    (lambda d: d["configs"][0].update({"records": {"status": "complete"}}), "needs 'on' and 'off' record"),
+])
+def test_bad_input_names_the_field(tmp_path, capsys, mutate, message):
+    doc = _doc()
+    mutate(doc)
+    assert main(["check", _counts_file(tmp_path, doc)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+
+
+def test_unreadable_files(tmp_path, capsys):
+    assert main(["check", str(tmp_path / "missing.json")]) == 2
+    assert "not found" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"configs": [}')
+    assert main(["check", str(bad)]) == 2
+    assert "line 1 column" in capsys.readouterr().err
+
+
+def test_console_script_runs(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "badc_check.cli", "check", _counts_file(tmp_path, _doc())],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "PROBE" in proc.stdout

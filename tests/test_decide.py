@@ -1,0 +1,145 @@
+"""Decisions, witnesses, calibration, compatibility, channel R, confirmation and the comparator."""
+
+import numpy as np
+import pytest
+
+from badc_check.channels import RecordArm, find_witnesses
+from badc_check.comparator import permutation_chi2
+from badc_check.confirmation import confirm_repair
+from badc_check.decide import FAILS, INCONCLUSIVE, NOT_REJECTED, VOID, Arm, Config, decide
+from badc_check.events import EventFamily
+from badc_check.marginals import marginal_tv_bounds, union_count
+from tests.lawgen import random_law, sample, shifted_law
+
+P = random_law(11)
+
+
+def arms(law_on, law_off, n, seed=0, proposed=1000):
+    rng = np.random.default_rng(seed)
+    accepted = None if proposed is None else proposed // 3
+    return Arm(sample(law_on, n, rng), proposed=proposed, accepted=accepted), Arm(sample(law_off, n, rng))
+
+
+def test_equal_laws_not_rejected_and_planted_difference_fails():
+    on, off = arms(P, P, 20000)
+    d = decide(Config("same", on, off, reference=P))
+    assert d.decision == NOT_REJECTED and d.D < 0.01 and d.calibration.passed and not d.eligible
+    on, off = arms(shifted_law(P, 0.1), P, 20000)
+    d = decide(Config("shifted", on, off, reference=P))
+    assert d.decision == FAILS and d.eligible and 0.01 < d.D < 0.1
+
+
+def test_witness_rules():
+    ref = {"1|eos": 0.5, "2|eos": 0.5}
+    preds = {"allowed": {"7|eos"}}
+    w = find_witnesses({"1|eos": 5, "7|eos": 2, "8|eos": 1}, {"1|eos": 8}, ref, preds)
+    assert w.count == 2 and w.outcomes == {"7|eos": 2} and w.numerical_zeros == 1
+    # An off-arm outcome violating the predicate disqualifies it.
+    assert find_witnesses({"7|eos": 2}, {"7|eos": 1}, ref, preds).count == 0
+    # P > 0 outcomes are never witnesses, and without a reference nothing is checked.
+    assert find_witnesses({"7|eos": 2}, {}, {**ref, "7|eos": 0.1}, preds).count == 0
+    assert not find_witnesses({"7|eos": 2}, {}, None, preds).checked
+
+
+def test_single_witness_fails_even_without_a_bound():
+    on, off = arms(P, P, 5000)
+    bad = "9|eos"
+    on = Arm({**on.outcomes, bad: 1}, proposed=10)
+    d = decide(Config("w", on, off, reference=P, predicates={"vocab": lambda y: y.startswith("9")}))
+    assert d.decision == FAILS and d.witnesses.count == 1 and d.eligible and d.D < 0.01
+
+
+def test_void_when_off_arm_disagrees_with_reference():
+    on, off = arms(P, shifted_law(P, 0.1), 20000)
+    assert decide(Config("v", on, off, reference=P)).decision == VOID
+    on, off = arms(P, P, 20000)
+    off = Arm(off.outcomes, violations=1)
+    d = decide(Config("v2", on, off, reference=P))
+    assert d.decision == VOID and d.calibration.off_violations == 1
+
+
+def test_inconclusive_without_exercise():
+    on, off = arms(shifted_law(P, 0.2), P, 20000, proposed=0)
+    assert decide(Config("z", on, off, reference=P)).decision == INCONCLUSIVE  # zero proposals
+    on, off = arms(P, P, 20000, proposed=None)
+    assert decide(Config("u", on, off, reference=P)).decision == INCONCLUSIVE  # unknown exercise
+    on, off = arms(shifted_law(P, 0.2), P, 20000, proposed=None)
+    assert decide(Config("u2", on, off, reference=P)).decision == FAILS  # a difference is a difference
+    assert decide(Config("e", Arm({}, proposed=3), off, reference=P)).decision == INCONCLUSIVE
+
+
+def test_crash_dominated_failure_is_not_eligible():
+    # Like the paper's xgrammar row: a quarter of speculative draws crash, the rest follow P.
+    rng = np.random.default_rng(5)
+    on = sample(P, 15000, rng)
+    on["|crash"] = 5000
+    off = sample(P, 20000, rng)
+    d = decide(Config("x", Arm(on, proposed=10), Arm(off), reference=P))
+    assert d.decision == FAILS and d.D > 0.2 and d.D_crash_free < 0.01 and not d.eligible
+    assert d.crashes == {"on": 5000, "off": 0}
+
+
+def test_compatibility_accepts_the_true_mechanism_and_rejects_others():
+    mu = shifted_law(P, 0.1, seed=1)
+    on, off = arms(mu, P, 40000)
+    good = decide(Config("h", on, off, reference=P, hypothesis=("H-true", mu)))
+    assert good.hypothesis.compatible and good.hypothesis.null_rejected
+    wrong = decide(Config("h", on, off, reference=P, hypothesis=("H-wrong", shifted_law(P, 0.1, seed=2))))
+    assert not wrong.hypothesis.compatible
+    # Zero-probability veto: an observed outcome the hypothesis gives no mass.
+    zero = {y: (p if y != next(iter(on.outcomes)) else 0.0) for y, p in mu.items()}
+    vetoed = decide(Config("h", on, off, reference=P, hypothesis=("H-zero", zero)))
+    assert not vetoed.hypothesis.compatible and vetoed.hypothesis.zero_veto
+    assert good.decision == wrong.decision == FAILS  # compatibility never enters detection
+
+
+def test_channel_r_fails_on_record_mismatch_and_is_incomplete_without_reference():
+    on, off = arms(P, P, 20000)
+    rec_on, rec_off = RecordArm(20000, 3000, {1: 3000}), RecordArm(20000, 0, {})
+    d = decide(Config("r", on, off, reference=P, records_status="complete", records_on=rec_on,
+                      records_off=rec_off))
+    assert d.decision == FAILS and d.records.failed and d.bounds == 2 * d.family_size + 4
+    d = decide(Config("r", on, off, reference=P, records_status="incomplete"))
+    assert d.decision == NOT_REJECTED and d.records.status == "incomplete" and not d.records.failed
+
+
+def test_repair_confirmation():
+    mu = shifted_law(P, 0.1, seed=3)
+    fam = EventFamily.build(P, {"H": mu})
+    rng = np.random.default_rng(9)
+    n = 400_000
+    off, on = sample(P, n, rng), sample(mu, n, rng)
+    frozen = ["A_H(H)"]
+    good = confirm_repair("fix", fam, frozen, P, {}, off, on, sample(P, n, rng), proposed_on=5,
+                          proposed_repaired=5, alpha=0.05, m=1)
+    assert good.confirmed and good.recurrence > 0.01 and good.gap_ub <= 0.01 and good.witness_ub <= 1e-4
+    bad = confirm_repair("nofix", fam, frozen, P, {}, off, on, sample(mu, n, rng), proposed_on=5,
+                         proposed_repaired=5, alpha=0.05, m=1)
+    assert not bad.confirmed and bad.gap_ub > 0.01
+    off_switch = confirm_repair("disable", fam, frozen, P, {}, off, on, sample(P, n, rng), proposed_on=5,
+                                proposed_repaired=0, alpha=0.05, m=1)
+    assert not off_switch.confirmed and "not exercised" in off_switch.reasons[0]
+    with pytest.raises(ValueError, match="frozen events"):
+        confirm_repair("x", fam, ["nope"], P, {}, off, on, off, proposed_on=1, proposed_repaired=1,
+                       alpha=0.05, m=1)
+
+
+def test_permutation_comparator_level_and_power():
+    rng = np.random.default_rng(4)
+    rejections = sum(permutation_chi2(sample(P, 2000, rng), sample(P, 2000, rng), level=0.05,
+                                      permutations=199, seed=i).rejected for i in range(200))
+    assert rejections / 200 <= 0.1  # nominal 0.05; 200 runs
+    shifted = permutation_chi2(sample(shifted_law(P, 0.1), 5000, rng), sample(P, 5000, rng), level=0.05 / 11,
+                               permutations=999)
+    assert shifted.rejected and shifted.p_value == 1 / 1000
+
+
+def test_marginal_tv_bounds_match_brute_force():
+    assert [union_count(c) for c in (10, 7, 13, 8, 5)] == [511, 63, 4095, 127, 15]  # K = 4811 in the paper
+    assert sum(union_count(c) for c in (10, 7, 13, 8, 5)) == 4811
+    off, other = np.array([500, 300, 150, 50]), np.array([400, 300, 250, 50])
+    r = marginal_tv_bounds(off, other, 0.05 / 30)
+    assert r.events == 7 and r.tv == pytest.approx(0.1)
+    assert 0 < r.lower < 0.1 < r.upper
+    same = marginal_tv_bounds(off, off, 0.05 / 30)
+    assert same.tv == 0 and same.lower == 0 and same.upper > 0

@@ -1,0 +1,75 @@
+#!/usr/bin/env python
+"""Run every test: lint, the core suite in .venv, then each installed build's engine tests in its own
+environment (engines are only importable there). Prints one closing line with the totals.
+
+    .venv/bin/python tools/run_tests.py [-k EXPR] [--core-only] [--builds NAME,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from badc_check.builds import installed_builds  # noqa: E402
+
+
+def _pytest(python: Path, args: list[str], env: dict[str, str], label: str) -> tuple[int, dict[str, int]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "junit.xml"
+        print(f"\n=== {label}", flush=True)
+        start = time.monotonic()
+        rc = subprocess.call([str(python), "-m", "pytest", "-q", f"--junitxml={junit}", *args], cwd=ROOT, env=env)
+        totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        if junit.exists():
+            for suite in ET.parse(junit).getroot().iter("testsuite"):
+                for k in totals:
+                    totals[k] += int(suite.get(k, 0))
+        print(f"=== {label}: exit {rc} in {time.monotonic() - start:.0f} s", flush=True)
+        return rc, totals
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-k", default=None, help="pytest -k expression")
+    ap.add_argument("--core-only", action="store_true", help="skip the engine environments")
+    ap.add_argument("--builds", default="", help="only these installed builds (comma-separated)")
+    args = ap.parse_args()
+    extra = ["-k", args.k] if args.k else []
+    failed_steps = []
+    print("=== ruff", flush=True)
+    if subprocess.call([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT) != 0:
+        failed_steps.append("ruff")
+    env = dict(os.environ)
+    env.pop("BADC_BUILD", None)
+    runs = [_pytest(Path(sys.executable), ["tests", "--ignore=tests/engines", *extra], env, "core (.venv)")]
+    if not args.core_only:
+        builds = installed_builds()
+        if args.builds:
+            builds = [b for b in builds if b.name in args.builds.split(",")]
+        if not builds:
+            print("no engine build is installed: run `python3.11 tools/setup_envs.py`", file=sys.stderr)
+            failed_steps.append("engines")
+        for b in builds:
+            runs.append(_pytest(b.python, [f"tests/engines/test_{b.engine}.py", *extra],
+                                {**env, "BADC_BUILD": b.name}, f"engine {b.name}"))
+    passed = sum(t["tests"] - t["failures"] - t["errors"] - t["skipped"] for _, t in runs)
+    failed = sum(t["failures"] + t["errors"] for _, t in runs)
+    skipped = sum(t["skipped"] for _, t in runs)
+    failed_steps += [f"pytest run {i}" for i, (rc, _) in enumerate(runs) if rc != 0]
+    print(f"\nbadc: {passed} passed, {failed} failed, {skipped} skipped")
+    if failed_steps:
+        print(f"failed steps: {', '.join(failed_steps)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
