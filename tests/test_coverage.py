@@ -14,7 +14,7 @@ from badc_check.events import EventFamily
 from tests.lawgen import random_law, sample, shifted_law
 
 ALPHA = 0.05
-P = random_law(21)  # 40 outcomes, the size of a tiny model's output law
+P = random_law(21)  # 85 outcomes: vocabulary 4, horizon 3, EOS
 
 
 def _sim_counts(fam, law, keys, n, campaigns, rng):
