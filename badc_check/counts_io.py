@@ -9,7 +9,7 @@ from typing import Any
 
 from badc_check.channels import RecordArm
 from badc_check.decide import Arm, Config
-from badc_check.outcomes import OutcomeError, parse_outcome
+from badc_trace.outcomes import OutcomeError, parse_outcome
 
 RECORD_STATUSES = ("complete", "incomplete", "not_returned")
 ROLES = ("probe", "negative-control", "positive-control")

@@ -32,7 +32,7 @@ from badc_check.channels import (
 from badc_check.compatibility import Compatibility, compatibility
 from badc_check.confirmation import RepairResult
 from badc_check.events import EventFamily
-from badc_check.outcomes import parse_outcome
+from badc_trace.outcomes import parse_outcome
 
 FAILS, NOT_REJECTED, INCONCLUSIVE, VOID = "FAILS", "NOT_REJECTED", "INCONCLUSIVE", "VOID"
 DEFAULT_THRESHOLD = 0.01

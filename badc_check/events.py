@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from badc_check.outcomes import Outcome, parse_outcome
+from badc_trace.outcomes import Outcome, parse_outcome
 
 Law = Mapping[str, float]
 

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from badc_check.builds import READY_STAMP, Build, load_builds  # noqa: E402  (stdlib-only module)
 
-COMMON = ["pytest>=8"]
+COMMON = ["pytest>=8", "scipy>=1.11"]  # scipy: workers decide next to the engine in tests
 MAIN_EXTRAS = "check,test"
 MAIN_EXTRA_REQS = ["matplotlib>=3.8"]
 _print_lock = threading.Lock()
