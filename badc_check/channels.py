@@ -53,8 +53,9 @@ def find_witnesses(on: Mapping[str, int], off: Mapping[str, int], reference: Map
 
 @dataclass(frozen=True)
 class ChannelS:
-    D: float  # max over events of L_on(A) - U_off(A)
-    D_crash_free: float  # the same over crash-free events (E4)
+    D: float  # max over the family of L_on(A) - U_off(A)
+    D_returned: float  # the same over events of returned outputs (a lower bound on their TV)
+    D_crash_free: float  # over crash-free events of returned outputs (E4)
     argmax: str  # the event attaining D
     argmax_crash_free: str
     tail: float  # per-bound level alpha / (m B)
@@ -71,9 +72,12 @@ def channel_s(family: EventFamily, on_counts: np.ndarray, n_on: int, off_counts:
     l_off = lower(off_counts, n_off, tail)
     gap = l_on - u_off
     i = int(np.argmax(gap))
-    cf = np.where(crash_free, gap, -np.inf)
+    # The contract-violation event is about traced calls, not returned outputs.
+    returned = np.array([e.kind != "violation" for e in family.events])
+    d_returned = float(np.where(returned, gap, -np.inf).max())
+    cf = np.where(crash_free & returned, gap, -np.inf)
     j = int(np.argmax(cf))
-    return ChannelS(float(gap[i]), float(cf[j]), family.events[i].id, family.events[j].id, tail,
+    return ChannelS(float(gap[i]), d_returned, float(cf[j]), family.events[i].id, family.events[j].id, tail,
                     l_on, u_off, l_off)
 
 

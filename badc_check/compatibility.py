@@ -1,7 +1,7 @@
 """Hypothesis compatibility: is the on-arm consistent with a supplied mechanism law mu_H?
 
-Never enters a detection decision. H is compatible when every event's two-sided interval for the
-on-arm contains mu_H(A) within 0.005 and no observed on-arm outcome has mu_H = 0. The same rule
+Never enters a detection decision. H is compatible when every returned-output event's two-sided
+interval for the on-arm contains mu_H(A) within 0.005 and no observed on-arm outcome has mu_H = 0. The same rule
 applied to P says whether the null law is rejected.
 """
 
@@ -31,6 +31,8 @@ def _check(family: EventFamily, law: Mapping[str, float], on: Mapping[str, int],
            high: np.ndarray) -> tuple[bool, str | None, tuple[str, ...]]:
     mu = family.probabilities(law)
     outside = np.maximum(low - ALLOWANCE - mu, mu - high - ALLOWANCE)
+    # mu_H is a law of returned outputs: the contract-violation event (traced calls) is not its to predict.
+    outside[[e.kind == "violation" for e in family.events]] = -np.inf
     i = int(np.argmax(outside))
     zeros = tuple(sorted(y for y, k in on.items() if k and law.get(y, 0.0) <= 0))
     return bool(outside[i] <= 0) and not zeros, family.events[i].id, zeros

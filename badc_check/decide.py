@@ -8,7 +8,8 @@ Order of rules: an arm without draws is INCONCLUSIVE; failed calibration is VOID
 are INCONCLUSIVE; a witness, D > threshold or a channel-R failure is FAILS; NOT_REJECTED further
 needs speculation shown to be exercised (proposals counted), else INCONCLUSIVE. Eligible evidence
 (E2-E4) is a FAILS with passed calibration, observed proposals, and a witness or D > threshold on a
-crash-free event.
+crash-free event of returned outputs (the contract-violation event fails a configuration, but it is
+about traced calls, so it does not by itself show that the returned law changed).
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ class ConfigDecision:
         return {
             "id": self.id, "engine": self.engine, "build": self.build, "role": self.role,
             "decision": self.decision, "eligible": self.eligible, "D": self.D,
-            "D_crash_free": self.D_crash_free, "D_event": s.argmax, "D_crash_free_event": s.argmax_crash_free,
+            "D_returned": s.D_returned, "D_crash_free": self.D_crash_free, "D_event": s.argmax,
+            "D_crash_free_event": s.argmax_crash_free,
             "witnesses": self.witnesses.count, "witness_outcomes": self.witnesses.outcomes,
             "witness_predicates": list(self.witnesses.predicates),
             "numerical_zeros": self.witnesses.numerical_zeros,

@@ -58,7 +58,8 @@ def main() -> int:
             print("no engine build is installed: run `python3.11 tools/setup_envs.py`", file=sys.stderr)
             failed_steps.append("engines")
         for b in builds:
-            runs.append(_pytest(b.python, [f"tests/engines/test_{b.engine}.py", *extra],
+            files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "engines").glob(f"test_{b.engine}*.py"))
+            runs.append(_pytest(b.python, [*files, *extra],
                                 {**env, "BADC_BUILD": b.name}, f"engine {b.name}"))
     passed = sum(t["tests"] - t["failures"] - t["errors"] - t["skipped"] for _, t in runs)
     failed = sum(t["failures"] + t["errors"] for _, t in runs)

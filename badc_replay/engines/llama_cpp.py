@@ -226,33 +226,7 @@ class Harness:
         self.yielded: list[int] = []
         self.generator_returned = False
         self.in_generate = False
-        self.proposed = 0  # draft tokens proposed (pass-through drafter wrapper)
-        self.accepted = 0  # sampled tokens equal to the draft at their position
         self._wrap_generate()
-        if draft is not None:
-            self._count_exercise(draft)
-
-    def _count_exercise(self, draft: Any) -> None:
-        llm, harness = self.llm, self
-        original_draft = draft.__call__
-
-        class Counting(type(draft)):  # pass-through: same proposals, counted
-            def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
-                out = original_draft(input_ids, **kwargs)
-                harness.proposed += len(out)
-                return out
-
-        draft.__class__ = Counting
-        original_sample = llm.sample
-
-        def sample(**kw: Any) -> int:
-            tok = original_sample(**kw)
-            nxt = kw["idx"] + 1
-            if nxt < llm.n_tokens and int(llm.input_ids[nxt]) == tok:
-                harness.accepted += 1
-            return tok
-
-        llm.sample = sample
 
     def _wrap_generate(self) -> None:
         # Records the ids generate() yields on this instance only (no global patching): the returned
@@ -314,6 +288,21 @@ class Harness:
         choice = out["choices"][0]
         n = out["usage"]["completion_tokens"]
         return format_outcome(self.yielded[:n], choice["finish_reason"] or "none")
+
+    def draw(self, seed: int) -> str:
+        """One draw as the caller sees it, with a processor exception (swallowed by ctypes, so the
+        completion goes on) turned into a crash outcome when the probe is installed."""
+        from badc_trace.engines.llama_cpp import LlamaCppInstrumentor
+
+        probe = LlamaCppInstrumentor()
+        try:
+            outcome = self.call(seed)
+        except Exception as e:  # an exception raised to the caller is a crash outcome too
+            return format_outcome([], f"crash:{type(e).__name__}")
+        last = probe.last_request if probe.is_instrumented else None
+        if last is not None and last.crash:
+            return format_outcome([], f"crash:{last.crash}")
+        return outcome
 
 
 # ---------------------------------------------------------------------------------------------
@@ -466,3 +455,143 @@ class KernelAdapter:
                 continue
             law[outcome] = law.get(outcome, 0.0) + prob
         return ExactLaw(law, paths, self.speculative, self.processor_view, self.postcheck_view)
+
+
+# ---------------------------------------------------------------------------------------------
+# Contract replay (D1, D3) of one request's records
+# ---------------------------------------------------------------------------------------------
+
+
+def check_request(records: list[dict[str, Any]], config: Mapping[str, Any]) -> list[Any]:
+    """D1: every processor call must see exactly its position's logical prefix (the first
+    `logical_len` ids of the buffer; any more are unverified drafts). D3: the stopping re-check after
+    the loop must see what sequential decoding would have evaluated."""
+    from badc_replay.contract import Violation
+
+    out: list[Violation] = []
+    req = next((r for r in records if r["type"] == "request"), None)
+    ret = next((r for r in records if r["type"] == "return"), None)
+    for i, rec in enumerate(records):
+        if rec["type"] == "processor":
+            ids, n = rec["ids"], rec["logical_len"]
+            if len(ids) != n:
+                extra = ids[n:]
+                out.append(Violation(rec["req"], i, "D1",
+                                     f"processor {rec['proc']} ({rec['name']}) at position {n - 1}",
+                                     ids[:n], f"{n} ids (the logical prefix)",
+                                     f"{len(ids)} ids, with unverified drafts {extra}" if len(ids) > n
+                                     else f"{len(ids)} ids (a shorter prefix)"))
+        elif rec["type"] == "stop_check" and rec["where"] == "postcheck" and req is not None and ret is not None:
+            yielded = ret.get("yielded", [])
+            # generate() returned (a criterion stopped it) -> all yielded ids were evaluated;
+            # abandoned by the caller -> the last yielded id was never evaluated.
+            returned = any(r["type"] == "stop_check" and r["where"] == "generate" and r["result"] for r in records)
+            n = len(yielded) if returned else max(len(yielded) - 1, 0)
+            expected = req["prompt"] + yielded[:n]
+            if rec["ids"] != expected:
+                extra = rec["ids"][len(expected):] if rec["ids"][: len(expected)] == expected else rec["ids"]
+                out.append(Violation(rec["req"], i, "D3", "stopping re-check after the generation loop",
+                                     expected, f"{len(expected)} ids (the evaluated committed prefix)",
+                                     f"{len(rec['ids'])} ids, with unverified drafts {extra}"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Collecting an arm
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ArmResult:
+    outcomes: dict[str, int]
+    proposed: int
+    accepted: int
+    violations: int  # draws (requests) whose replay found a contract violation
+    contract: dict[str, Any] | None
+    counters: dict[str, int]
+
+
+def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
+            level: str = "calls", repair: str | None = None, start: int = 0) -> ArmResult:
+    """Draws `start .. start + draws - 1` of one arm (`on`, `off` or `repaired`), probed and traced;
+    the trace is replayed against the contract when written at level calls or full."""
+    from collections import Counter
+
+    from badc_replay.contract import replay_trace
+    from badc_replay.repairs import load_intervention
+    from badc_trace.engines.llama_cpp import LlamaCppInstrumentor
+    from badc_trace.format import TraceWriter
+    from badc_trace.instrument import TraceSink
+    from badc_trace.seeds import draw_seed
+
+    writer = None
+    if trace_path is not None:
+        writer = TraceWriter(trace_path, engine="llama_cpp", build=_version(), seal="",
+                             config={"id": cfg.id, "arm": arm, "processors": cfg.processors,
+                                     "stopping": cfg.stopping})
+    sink = TraceSink(writer, level if writer else "counts")
+    probe = LlamaCppInstrumentor()
+    probe.instrument(sink)
+    try:
+        h = Harness(cfg, speculative=arm != "off")
+        if repair is not None:
+            load_intervention(repair).apply(h.llm)
+        outcomes = Counter(h.draw(draw_seed(campaign_seed, cfg.id, arm, i)) for i in range(start, start + draws))
+    finally:
+        probe.uninstrument()
+        sink.close()
+    contract = None
+    violations = 0
+    if trace_path is not None and level != "counts":
+        res = replay_trace(trace_path)
+        contract = res.to_dict()
+        violations = len(res.violating_requests)
+    return ArmResult(dict(outcomes), sink.counters["proposed"], sink.counters["accepted"], violations, contract,
+                     dict(sink.counters))
+
+
+def _version() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("llama-cpp-python")
+
+
+# ---------------------------------------------------------------------------------------------
+# What a campaign worker needs: laws, predicates
+# ---------------------------------------------------------------------------------------------
+
+HYPOTHESES = {
+    # H-D1-phys: processors read the evaluation buffer, logits are taken at the logical prefix.
+    "H-D1-phys": {"processor_view": "physical", "postcheck_view": "logical"},
+    # H-D3-postcheck: the stopping re-check after the loop reads the buffer with unrolled drafts.
+    "H-D3-postcheck": {"processor_view": "logical", "postcheck_view": "physical"},
+}
+
+
+def reference_law(cfg: LlamaConfig) -> ExactLaw:
+    return KernelAdapter(cfg).exact_law()
+
+
+def hypothesis_law(cfg: LlamaConfig, hypothesis: str) -> ExactLaw:
+    if hypothesis not in HYPOTHESES:
+        raise ValueError(f"config {cfg.id}: unknown llama_cpp hypothesis {hypothesis!r}; "
+                         f"known: {', '.join(HYPOTHESES)}")
+    return KernelAdapter(cfg, speculative=True, **HYPOTHESES[hypothesis]).exact_law()
+
+
+def simulator_check(cfg: LlamaConfig) -> float:
+    """With every speculation-sensitive read set to its logical value, the speculative enumeration
+    must reproduce P: the largest absolute difference (0 up to summation order)."""
+    p = reference_law(cfg).law
+    q = KernelAdapter(cfg, speculative=True, processor_view="logical", postcheck_view="logical").exact_law().law
+    return max(abs(p.get(y, 0.0) - q.get(y, 0.0)) for y in set(p) | set(q))
+
+
+def predicate(name: str, cfg: LlamaConfig) -> Callable[[str], bool]:
+    """Registered witness predicates: a function of an outcome string, True when it violates."""
+    from badc_trace.outcomes import parse_outcome
+
+    if name == "allowed_tokens":
+        n_prompt = len(cfg.prompt) if isinstance(cfg.prompt, list) else len(cfg.prompt)  # 1 token a character
+        return lambda y: parity_violations(parse_outcome(y).tokens, n_prompt)
+    raise ValueError(f"config {cfg.id}: unknown predicate {name!r} (known: allowed_tokens)")

@@ -15,6 +15,6 @@ def pytest_ignore_collect(collection_path: Path, config):
     if os.environ.get("BADC_BUILD"):
         return None
     for engine, module in MODULES.items():
-        if collection_path.name == f"test_{engine}.py" and importlib.util.find_spec(module) is None:
+        if collection_path.name.startswith(f"test_{engine}") and importlib.util.find_spec(module) is None:
             return True
     return None

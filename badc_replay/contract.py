@@ -1,0 +1,94 @@
+"""Contract replay of a trace: which call, which prefix, what was expected, what was seen.
+
+Each engine module of badc_replay provides `check_request(records, config) -> list[Violation]`,
+applied to the records of one request in trace order. `replay_trace` streams a trace file, groups
+records by request and reports every violation and the first one per request.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from badc_trace.format import TraceReader, read_trace
+
+
+@dataclass(frozen=True)
+class Violation:
+    request: int
+    call: int  # index of the record within its request
+    kind: str  # D1 (context), D2 (state), D3 (stopping), D4 (records)
+    what: str  # which call, in words
+    prefix: list[int]  # the position's logical prefix
+    expected: Any
+    seen: Any
+
+    def message(self) -> str:
+        return (f"request {self.request}, call {self.call} ({self.what}), {self.kind}: at logical prefix "
+                f"{self.prefix} expected {self.expected!r}, saw {self.seen!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"request": self.request, "call": self.call, "kind": self.kind, "what": self.what,
+                "prefix": self.prefix, "expected": self.expected, "seen": self.seen, "message": self.message()}
+
+
+@dataclass
+class ContractResult:
+    engine: str
+    requests: int = 0
+    calls: int = 0
+    violations: int = 0  # violating calls
+    violating_requests: set[int] = field(default_factory=set)
+    first_per_request: dict[int, Violation] = field(default_factory=dict)
+    torn_tail: str | None = None
+
+    @property
+    def first_violation(self) -> Violation | None:
+        return self.first_per_request[min(self.first_per_request)] if self.first_per_request else None
+
+    def to_dict(self) -> dict[str, Any]:
+        first = self.first_violation
+        return {"calls": self.calls, "violations": self.violations, "requests": self.requests,
+                "violating_requests": len(self.violating_requests),
+                "first_violation": None if first is None else first.to_dict(), "torn_tail": self.torn_tail}
+
+
+def _requests(reader: TraceReader) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    # Records of one request are contiguous except drafter records, which carry the request id too.
+    current: int | None = None
+    batch: list[dict[str, Any]] = []
+    for rec in reader:
+        rid = rec.get("req")
+        if rid is None:
+            continue
+        if rid != current and batch:
+            yield current, batch
+            batch = []
+        current = rid
+        batch.append(rec)
+    if batch:
+        yield current, batch
+
+
+def replay_trace(path: str, *, allow_torn_tail: bool = True) -> ContractResult:
+    """Check every request of a trace against the engine's contract (streaming, constant memory)."""
+    reader = read_trace(path, allow_torn_tail=allow_torn_tail)
+    engine = reader.header["engine"]
+    try:
+        module = importlib.import_module(f"badc_replay.engines.{engine}")
+    except ModuleNotFoundError:
+        raise ValueError(f"{path}: no contract replay for engine {engine!r}") from None
+    config = reader.header.get("config", {})
+    result = ContractResult(engine)
+    for rid, records in _requests(reader):
+        result.requests += 1
+        result.calls += sum(1 for r in records if r["type"] in ("processor", "stop_check", "sample"))
+        for v in module.check_request(records, config):
+            result.violations += 1
+            result.violating_requests.add(rid)
+            result.first_per_request.setdefault(rid, v)
+    if reader.torn_tail is not None:
+        result.torn_tail = f"byte {reader.torn_tail.offset}: {reader.torn_tail.reason}"
+    return result

@@ -1,0 +1,245 @@
+"""Probes for llama-cpp-python (supported: 0.3.19 <= version < 0.4).
+
+What is recorded, per request (`create_completion`, or a `generate()` called on its own):
+
+- `request`: api, prompt ids, sampling keywords;
+- `draft`: each prompt-lookup drafter call, the length of the ids it read and its proposal;
+- `sample`: each sample position `idx`, the buffer length `n_tokens` and the sampled token;
+- `processor`: each user processor call, with a *copy* of the ids it was given (llama.cpp calls
+  processors from a C closure with `self._input_ids`, a view that is later overwritten), the logical
+  prefix length `idx + 1`, the role (`step`, or `verify` when unverified drafts are in the buffer), a
+  digest of the processor's state, and at level `full` the incoming and outgoing float32 scores;
+- `kv_rm`: KV-cache removals (the `n_tokens` rewinds of a rejected draft);
+- `stop_check`: each stopping-criteria evaluation, inside `generate()` or in the re-check after the
+  loop in `_create_completion`, with the ids it saw;
+- `crash`: an exception inside a processor (ctypes swallows it and sampling goes on with unmodified
+  logits, so the probe is the only witness) or raised to the caller;
+- `return`: the returned ids (the first `usage.completion_tokens` ids generate() yielded), the
+  finish reason, usage and logprobs.
+
+Levels: `counts` keeps exercise counters only, `calls` writes the records without scores, `full`
+adds scores.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import threading
+from typing import Any
+
+import numpy as np
+
+from badc_trace.instrument import BaseInstrumentor, TraceSink, state_digest
+from badc_trace.outcomes import format_outcome
+
+
+class _Request:
+    def __init__(self, rid: int, api: str):
+        self.id = rid
+        self.api = api
+        self.sample_idx = -1
+        self.n_tokens = 0
+        self.in_generate = False
+        self.generator_returned = False
+        self.yielded: list[int] = []
+        self.prompt: list[int] = []
+        self.crash: str | None = None
+        self.outcome: str | None = None
+
+
+class LlamaCppInstrumentor(BaseInstrumentor):
+    package = "llama-cpp-python"
+    supported = ("0.3.19", "0.4")
+
+    def _instrument(self, sink: TraceSink) -> None:
+        import llama_cpp._internals as internals
+        import llama_cpp.llama as llama
+        import llama_cpp.llama_speculative as speculative
+
+        self._local = threading.local()
+        self._ids = itertools.count()
+        self.last_request: _Request | None = None
+        self._cc_sig = inspect.signature(llama.Llama.create_completion)
+        self._gen_sig = inspect.signature(llama.Llama.generate)
+        self._wrap(llama.Llama, "create_completion", self._create_completion)
+        self._wrap(llama.Llama, "generate", self._generate)
+        self._wrap(llama.Llama, "sample", self._sample)
+        self._wrap(speculative.LlamaPromptLookupDecoding, "__call__", self._draft)
+        self._wrap(internals.LlamaContext, "kv_cache_seq_rm", self._kv_rm)
+
+    # -- request bookkeeping -------------------------------------------------------------------
+    @property
+    def _req(self) -> _Request | None:
+        return getattr(self._local, "req", None)
+
+    def _start(self, api: str, instance: Any, bound: inspect.BoundArguments) -> _Request:
+        req = _Request(next(self._ids), api)
+        self._local.req = req
+        self.sink.count("requests")
+        prompt = bound.arguments.get("prompt", bound.arguments.get("tokens"))
+        if isinstance(prompt, str):
+            prompt = instance.tokenize(prompt.encode(), add_bos=False, special=False)
+        req.prompt = [int(t) for t in prompt]
+        params = {k: v for k, v in bound.arguments.items()
+                  if k not in ("self", "prompt", "tokens", "logits_processor", "stopping_criteria", "grammar")
+                  and isinstance(v, int | float | str | bool | type(None))}
+        self.sink.emit({"type": "request", "req": req.id, "api": api, "prompt": req.prompt, "params": params})
+        self._wrap_callbacks(bound, instance)
+        return req
+
+    def _wrap_callbacks(self, bound: inspect.BoundArguments, instance: Any) -> None:
+        from llama_cpp.llama import LogitsProcessorList
+
+        procs = bound.arguments.get("logits_processor")
+        if procs is not None and not getattr(procs, "_badc", False):
+            wrapped = LogitsProcessorList([_RecordingProcessor(self, p, i, instance) for i, p in enumerate(procs)])
+            wrapped._badc = True
+            bound.arguments["logits_processor"] = wrapped
+        stops = bound.arguments.get("stopping_criteria")
+        if stops is not None and not getattr(stops, "_badc", False):
+            bound.arguments["stopping_criteria"] = _RecordingStops(self, stops)
+
+    def _finish(self, req: _Request, tokens: list[int], finish: str, extra: dict[str, Any]) -> None:
+        req.outcome = format_outcome([], f"crash:{req.crash}") if req.crash else format_outcome(tokens, finish)
+        self.sink.emit({"type": "return", "req": req.id, "tokens": tokens, "yielded": req.yielded,
+                        "finish_reason": finish, "outcome": req.outcome, **extra})
+        self.last_request = req
+        self._local.req = None
+
+    # -- wrappers ------------------------------------------------------------------------------
+    def _create_completion(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if self._req is not None:  # nested (e.g. __call__ -> create_completion): outermost only
+            return wrapped(*args, **kwargs)
+        bound = self._cc_sig.bind(instance, *args, **kwargs)
+        req = self._start("create_completion", instance, bound)
+        arguments = dict(bound.arguments)
+        arguments.pop("self")
+        try:
+            out = wrapped(**arguments)
+        except Exception as e:
+            self._crash(req, "caller", e)
+            self._finish(req, [], "crash", {})
+            raise
+        if bound.arguments.get("stream"):
+            self._finish(req, req.yielded, "stream", {})
+            return out
+        choice = out["choices"][0]
+        n = out["usage"]["completion_tokens"]
+        self._finish(req, req.yielded[:n], choice["finish_reason"] or "none",
+                     {"usage": dict(out["usage"]), "logprobs": choice.get("logprobs")})
+        return out
+
+    def _generate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        own = self._req is None
+        bound = self._gen_sig.bind(instance, *args, **kwargs)
+        req = self._start("generate", instance, bound) if own else self._req
+        arguments = dict(bound.arguments)
+        arguments.pop("self")
+        return self._generate_iter(req, own, wrapped(**arguments))
+
+    def _generate_iter(self, req: _Request, own: bool, gen: Any):
+        req.yielded = []
+        req.generator_returned = False
+        req.in_generate = True
+        try:
+            for tok in gen:
+                req.yielded.append(int(tok))
+                yield tok
+            req.generator_returned = True
+        finally:
+            req.in_generate = False
+            gen.close()
+            if own:
+                self._finish(req, req.yielded, "returned" if req.generator_returned else "abandoned", {})
+
+    def _sample(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        req = self._req
+        idx = kwargs.get("idx")
+        if req is not None and idx is not None:
+            req.sample_idx = int(idx)
+            req.n_tokens = int(instance.n_tokens)
+        tok = wrapped(*args, **kwargs)
+        if req is not None and idx is not None:
+            nxt = int(idx) + 1
+            if nxt < req.n_tokens and int(instance.input_ids[nxt]) == int(tok):
+                self.sink.count("accepted")
+            self.sink.emit({"type": "sample", "req": req.id, "idx": int(idx), "n_tokens": req.n_tokens,
+                            "token": int(tok)})
+        return tok
+
+    def _draft(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        out = wrapped(*args, **kwargs)
+        self.sink.count("drafter_calls")
+        self.sink.count("proposed", len(out))
+        req = self._req
+        ids = args[0] if args else kwargs.get("input_ids")
+        self.sink.emit({"type": "draft", "req": None if req is None else req.id, "input_len": len(ids),
+                        "draft": [int(t) for t in out]})
+        return out
+
+    def _kv_rm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        out = wrapped(*args, **kwargs)
+        req = self._req
+        if req is not None:
+            self.sink.count("kv_removals")
+            seq, p0, p1 = (list(args) + [None] * 3)[:3]
+            self.sink.emit({"type": "kv_rm", "req": req.id, "p0": p0, "p1": p1, "ok": bool(out)})
+        return out
+
+    def _crash(self, req: _Request | None, where: str, e: BaseException) -> None:
+        self.sink.count("crashes")
+        if req is not None and req.crash is None:
+            req.crash = type(e).__name__
+        self.sink.emit({"type": "crash", "req": None if req is None else req.id, "where": where,
+                        "exc": type(e).__name__, "message": str(e)[:500]})
+
+
+class _RecordingProcessor:
+    """Pass-through wrapper around one user processor."""
+
+    def __init__(self, probe: LlamaCppInstrumentor, inner: Any, index: int, llm: Any):
+        self.probe, self.inner, self.index, self.llm = probe, inner, index, llm
+        self.name = getattr(inner, "__name__", type(inner).__name__)
+
+    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        probe, req = self.probe, self.probe._req
+        probe.sink.count("processor_calls")
+        full = probe.sink.level == "full"
+        seen = np.array(input_ids, dtype=np.int64)  # copy: the buffer is overwritten later
+        before = scores.astype(np.float32).tobytes() if full else None
+        try:
+            out = self.inner(input_ids, scores)
+        except Exception as e:
+            probe._crash(req, f"processor {self.index} ({self.name})", e)
+            raise
+        if req is not None:
+            rec = {"type": "processor", "req": req.id, "proc": self.index, "name": self.name,
+                   "ids": seen.tolist(), "logical_len": req.sample_idx + 1, "n_tokens": req.n_tokens,
+                   "role": "step" if req.n_tokens <= req.sample_idx + 1 else "verify",
+                   "state": state_digest(self.inner)}
+            if full:
+                rec["scores_in"] = before
+                rec["scores_out"] = np.asarray(out, dtype=np.float32).tobytes()
+            probe.sink.emit(rec)
+        return out
+
+
+class _RecordingStops(list):
+    """Pass-through wrapper around a StoppingCriteriaList, recording each evaluation."""
+
+    _badc = True
+
+    def __init__(self, probe: LlamaCppInstrumentor, inner: Any):
+        super().__init__(inner)
+        self.probe, self.inner = probe, inner
+
+    def __call__(self, input_ids: np.ndarray, logits: np.ndarray) -> bool:
+        result = bool(self.inner(input_ids, logits))
+        probe, req = self.probe, self.probe._req
+        probe.sink.count("stop_checks")
+        if req is not None:
+            probe.sink.emit({"type": "stop_check", "req": req.id, "ids": [int(t) for t in input_ids],
+                             "where": "generate" if req.in_generate else "postcheck", "result": result,
+                             "sample_idx": req.sample_idx})
+        return result

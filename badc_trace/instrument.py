@@ -1,0 +1,124 @@
+"""Instrumentor base and trace sink, in the manner of OpenTelemetry's BaseInstrumentor.
+
+One instrumentor per engine: `instrument()` and `uninstrument()` are idempotent, the installed
+version is checked against the declared supported range before anything is patched, and
+`uninstrument()` restores every patched attribute to the original object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import wrapt
+
+from badc_trace.format import TraceWriter
+
+LEVELS = ("counts", "calls", "full")
+
+
+class UnsupportedVersionError(RuntimeError):
+    pass
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    out = []
+    for part in v.split("+")[0].split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+class TraceSink:
+    """Where probes send records: a trace file (optional) and exercise counters (always)."""
+
+    def __init__(self, writer: TraceWriter | None = None, level: str = "calls"):
+        if level not in LEVELS:
+            raise ValueError(f"trace level must be one of {', '.join(LEVELS)}, not {level!r}")
+        self.writer = writer
+        self.level = level
+        self.counters: dict[str, int] = {"requests": 0, "proposed": 0, "accepted": 0, "drafter_calls": 0,
+                                         "processor_calls": 0, "stop_checks": 0, "kv_removals": 0, "crashes": 0}
+        self.lock = threading.Lock()
+
+    def count(self, name: str, n: int = 1) -> None:
+        with self.lock:
+            self.counters[name] = self.counters.get(name, 0) + n
+
+    def emit(self, record: dict[str, Any]) -> None:
+        """Write a per-call record (levels calls and full)."""
+        if self.writer is not None and self.level != "counts":
+            with self.lock:
+                self.writer.write(record)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.write({"type": "counts", **self.counters})
+            self.writer.close()
+
+
+def state_digest(obj: Any) -> str:
+    """A digest of an object's attributes: how a processor's state is compared across calls."""
+    h = hashlib.blake2b(digest_size=8)
+    for k, v in sorted(getattr(obj, "__dict__", {}).items()):
+        h.update(k.encode())
+        h.update(np.asarray(v).tobytes() if isinstance(v, np.ndarray) else repr(v).encode())
+    return h.hexdigest()
+
+
+class BaseInstrumentor:
+    """Subclasses set `package` (distribution name), `supported` ((min, max-exclusive) versions) and
+    implement `_instrument(sink)`, patching only through `self._wrap`."""
+
+    package: str = ""
+    supported: tuple[str, str] = ("0", "999")
+    _instances: dict[type, BaseInstrumentor] = {}
+
+    def __new__(cls) -> BaseInstrumentor:  # one per engine, like OpenTelemetry's instrumentors
+        if cls not in BaseInstrumentor._instances:
+            inst = super().__new__(cls)
+            inst._patched = []
+            inst.sink = None
+            BaseInstrumentor._instances[cls] = inst
+        return BaseInstrumentor._instances[cls]
+
+    @property
+    def is_instrumented(self) -> bool:
+        return bool(self._patched)
+
+    def installed_version(self) -> str:
+        return importlib.metadata.version(self.package)
+
+    def check_version(self) -> str:
+        v = self.installed_version()
+        lo, hi = self.supported
+        if not _version_tuple(lo) <= _version_tuple(v) < _version_tuple(hi):
+            raise UnsupportedVersionError(f"{self.package} {v} is not supported by badc's probes "
+                                          f"(supported: >= {lo}, < {hi})")
+        return v
+
+    def instrument(self, sink: TraceSink | None = None, *, force: bool = False) -> None:
+        if self.is_instrumented:
+            return
+        if not force:
+            self.check_version()
+        self.sink = sink or TraceSink()
+        self._instrument(self.sink)
+
+    def uninstrument(self) -> None:
+        for owner, name, original in reversed(self._patched):
+            setattr(owner, name, original)
+        self._patched.clear()
+        self.sink = None
+
+    def _wrap(self, owner: Any, name: str, wrapper: Callable) -> None:
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        self._patched.append((owner, name, original))
+        wrapt.wrap_function_wrapper(owner, name, wrapper)
+
+    def _instrument(self, sink: TraceSink) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError

@@ -1,0 +1,156 @@
+"""llama-cpp-python end to end on the tiny model: kernel adapter, calibration, probes, contract replay,
+hypotheses and the frozen repair. Modest draw counts; the paper-scale run is tools/campaign.py."""
+
+import numpy as np
+import pytest
+
+from badc_check.decide import FAILS, NOT_REJECTED, Arm, Config, decide
+from badc_replay.contract import replay_trace
+from badc_replay.engines import llama_cpp as lcp
+from badc_replay.worker import run_config
+from badc_trace.engines.llama_cpp import LlamaCppInstrumentor
+from badc_trace.format import read_trace
+
+BASE = {"engine": "llama_cpp", "model": "tiny", "prompt": "abcdabcdab", "max_new_tokens": 4,
+        "drafter": {"method": "prompt_lookup", "num_pred_tokens": 4, "max_ngram_size": 2},
+        "sampling": {"temperature": 1.0}}
+
+
+def cfg(**kw):
+    return lcp.LlamaConfig.from_dict({**BASE, "id": "T", **kw})
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("BADC_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def test_mirror_matches_engine_softmax_with_truncation():
+    # top_p 0.5 and min_p 0.2 cut the support; the mirror's law must put mass exactly where the C chain
+    # can sample. Ten thousand seeded engine draws of one token never leave the mirrored support.
+    c = cfg(sampling={"temperature": 0.7, "top_p": 0.5, "min_p": 0.2}, max_new_tokens=1)
+    law = lcp.reference_law(c).law
+    h = lcp.Harness(c, speculative=False)
+    seen = {h.call(seed) for seed in range(10_000)}
+    assert seen <= set(law) and len(law) >= 2 and abs(sum(law.values()) - 1) < 1e-12
+
+
+@pytest.mark.parametrize("api", ["create_completion", "generate"])
+def test_calibration_against_20000_off_draws(api):
+    c = cfg(api=api, id=f"cal-{api}")
+    ref = lcp.reference_law(c).law
+    off = lcp.collect(c, "off", 20_000, 7)
+    on = lcp.collect(c, "on", 2_000, 7)
+    d = decide(Config(c.id, Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref))
+    assert d.calibration.passed is True and d.calibration.worst_excess <= 0.005
+    assert d.decision == NOT_REJECTED and on.proposed > 0
+
+
+@pytest.mark.parametrize("processors, hypothesis", [([{"name": "parity"}], "H-D1-phys"),
+                                                     ([{"name": "min_tokens", "min_tokens": 3}], "H-D1-phys")])
+def test_simulator_reproduces_p_with_logical_reads(processors, hypothesis):
+    c = cfg(processors=processors)
+    assert lcp.simulator_check(c) <= 1e-12
+    assert lcp.simulator_check(cfg(stopping=[{"name": "last_id", "token": 6}])) <= 1e-12
+    # ... and the physical reads are what make the hypothesis differ from P.
+    p, mu = lcp.reference_law(c).law, lcp.hypothesis_law(c, hypothesis).law
+    assert 0.5 * sum(abs(p.get(y, 0) - mu.get(y, 0)) for y in set(p) | set(mu)) > 0.02
+
+
+def test_parity_processor_fails_with_witnesses_and_repair_removes_them(tmp_path):
+    config = {**BASE, "id": "LCP-1", "processors": [{"name": "parity"}], "predicates": ["allowed_tokens"],
+              "hypothesis": "H-D1-phys", "repair": "llama_cpp/logical-prefix"}
+    e = run_config(config, draws=3000, campaign_seed=11, out_dir=tmp_path, repaired_draws=3000)
+    d = decide(Config("LCP-1", Arm(e["on"], e["violations"]["on"], e["exercise"]["proposed"]),
+                      Arm(e["off"], e["violations"]["off"]), reference=e["reference"],
+                      predicates={k: set(v) for k, v in e["predicates"].items()},
+                      hypothesis=(e["hypothesis"]["id"], e["hypothesis"]["law"])))
+    assert d.decision == FAILS and d.eligible and d.witnesses.count > 100
+    assert d.calibration.passed and d.hypothesis.compatible and d.hypothesis.null_rejected
+    assert e["simulator_check"] <= 1e-12
+    first = e["contract"]["first_violation"]
+    assert first["kind"] == "D1" and "unverified drafts" in first["seen"]
+    rep = e["repaired"]
+    assert rep["violations"] == 0 and rep["proposed"] > 0
+    d_rep = decide(Config("LCP-1-rep", Arm(rep["outcomes"], 0, rep["proposed"]), Arm(e["off"]),
+                          reference=e["reference"], predicates={k: set(v) for k, v in e["predicates"].items()}))
+    assert d_rep.decision == NOT_REJECTED and d_rep.witnesses.count == 0
+
+
+def test_min_tokens_fails_through_the_bound(tmp_path):
+    config = {**BASE, "id": "LCP-2", "processors": [{"name": "min_tokens", "min_tokens": 3}],
+              "hypothesis": "H-D1-phys"}
+    e = run_config(config, draws=6000, campaign_seed=12, out_dir=tmp_path)
+    d = decide(Config("LCP-2", Arm(e["on"], e["violations"]["on"], e["exercise"]["proposed"]),
+                      Arm(e["off"], e["violations"]["off"]), reference=e["reference"],
+                      hypothesis=(e["hypothesis"]["id"], e["hypothesis"]["law"])))
+    assert d.decision == FAILS and d.witnesses.count == 0
+    assert d.channel_s.D_returned > 0.01 and d.eligible and d.hypothesis.compatible
+
+
+def test_probe_records_calls_and_uninstrument_restores_everything(tmp_path):
+    import llama_cpp._internals as internals
+    import llama_cpp.llama as llama
+    import llama_cpp.llama_speculative as speculative
+
+    before = {n: llama.Llama.__dict__[n] for n in ("create_completion", "generate", "sample")}
+    before_draft = speculative.LlamaPromptLookupDecoding.__dict__["__call__"]
+    before_kv = internals.LlamaContext.__dict__["kv_cache_seq_rm"]
+    c = cfg(processors=[{"name": "min_tokens", "min_tokens": 3}])
+    trace = tmp_path / "t.badc"
+    res = lcp.collect(c, "on", 50, 3, trace_path=str(trace), level="full")
+    probe = LlamaCppInstrumentor()
+    assert not probe.is_instrumented
+    assert {n: llama.Llama.__dict__[n] for n in before} == before
+    assert speculative.LlamaPromptLookupDecoding.__dict__["__call__"] is before_draft
+    assert internals.LlamaContext.__dict__["kv_cache_seq_rm"] is before_kv
+    kinds = {}
+    for r in read_trace(trace):
+        kinds[r["type"]] = kinds.get(r["type"], 0) + 1
+        if r["type"] == "processor":
+            assert len(np.frombuffer(r["scores_in"], np.float32)) == 10
+    assert kinds["request"] == kinds["return"] == 50 and kinds["draft"] > 0 and kinds["kv_rm"] > 0
+    assert kinds["processor"] == kinds["sample"] and res.counters["proposed"] == res.proposed > 0
+    again = replay_trace(str(trace))
+    assert again.violations > 0 and again.to_dict() == res.contract
+
+
+def test_instrument_is_idempotent_and_checks_versions(monkeypatch):
+    from badc_trace.instrument import UnsupportedVersionError
+
+    probe = LlamaCppInstrumentor()
+    probe.instrument()
+    patched = list(probe._patched)
+    probe.instrument()
+    assert probe._patched == patched
+    probe.uninstrument()
+    probe.uninstrument()
+    monkeypatch.setattr(LlamaCppInstrumentor, "installed_version", lambda self: "0.2.90")
+    with pytest.raises(UnsupportedVersionError, match="0.2.90"):
+        probe.instrument()
+    assert not probe.is_instrumented
+
+
+def test_processor_exception_is_a_crash_outcome():
+    class Boom:
+        def __call__(self, ids, scores):
+            raise RuntimeError("boom")
+
+    c = cfg()
+    probe = LlamaCppInstrumentor()
+    from badc_trace.instrument import TraceSink
+
+    probe.instrument(TraceSink())
+    try:
+        h = lcp.Harness(c, speculative=False)
+        from llama_cpp.llama import LogitsProcessorList
+
+        out = h.llm.create_completion(h.prompt_tokens, max_tokens=2, seed=1, temperature=1.0,
+                                      logits_processor=LogitsProcessorList([Boom()]))
+        # ctypes swallowed it: the caller got a completion ...
+        assert out["choices"][0]["finish_reason"] in ("length", "stop")
+        # ... but the probe saw the exception.
+        assert probe.last_request.crash == "RuntimeError" and probe.last_request.outcome == "|crash:RuntimeError"
+        assert probe.sink.counters["crashes"] >= 1
+    finally:
+        probe.uninstrument()
