@@ -29,6 +29,21 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from badc_check.campaign import BUILTIN, CampaignError, load_campaign, run_campaign
+
+    try:
+        campaign = load_campaign(args.campaign or BUILTIN, draws=args.draws, confirm_draws=args.confirm)
+        out = args.out or f"badc-out/{campaign.name}"
+        report = run_campaign(campaign, out, workers=args.workers)
+    except CampaignError as e:
+        print(f"badc run: {e}", file=sys.stderr)
+        return 2
+    print(open(f"{out}/report.md").read())
+    print(f"badc run: report in {out}/report.json and {out}/report.md ({report['elapsed_s']} s)", file=sys.stderr)
+    return 0
+
+
 def _cmd_models(args: argparse.Namespace) -> int:
     from badc_check.models_cmd import run
 
@@ -50,6 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use anytime-valid confidence sequences (valid at every look) instead of fixed-n "
                         "Clopper-Pearson bounds")
     c.set_defaults(func=_cmd_check)
+    r = sub.add_parser("run", help="run a campaign (the built-in one with no file)",
+                       description="Seal a campaign, collect both arms of every config in worker processes under "
+                                   "each build's interpreter, replay the on-arm traces, decide and confirm repairs.")
+    r.add_argument("campaign", nargs="?", metavar="CAMPAIGN.toml", help="default: the built-in campaign")
+    r.add_argument("--out", help="output folder (default: badc-out/CAMPAIGN_NAME)")
+    r.add_argument("--draws", type=int, help="draws per arm (default: the campaign's)")
+    r.add_argument("--confirm", type=int, help="draws per arm for repair confirmation (default: the campaign's)")
+    r.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    r.set_defaults(func=_cmd_run)
     mo = sub.add_parser("models", help="show each installed build's tiny model and its first-step law",
                         description="For every installed engine build, load the embedded tiny model in "
                                     "the real engine and print its exact next-token law after the prompt.")

@@ -170,6 +170,9 @@ def decide(cfg: Config, *, alpha: float = 0.05, m: int = 1, threshold: float = D
             reasons.append(f"{wit.count} structural witnesses ({', '.join(wit.predicates)})")
         if s.D > threshold:
             reasons.append(f"D = {s.D:.4f} > {threshold} on {s.argmax}")
+            if s.D_returned < s.D:
+                reasons.append(f"on returned outputs D = {s.D_returned:.4f} (crash-free {s.D_crash_free:.4f} "
+                               f"on {s.argmax_crash_free})")
         if rec.failed:
             reasons.append(f"channel R: record mismatch gap {rec.gap:.4f} > 0")
     elif on.proposed is None:

@@ -18,7 +18,8 @@ from typing import Any
 
 
 def run_config(config: dict[str, Any], *, draws: int, campaign_seed: int, out_dir: str | Path,
-               level: str = "calls", repaired_draws: int = 0, log: Any = None) -> dict[str, Any]:
+               level: str = "calls", repaired_draws: int = 0, confirm_draws: int = 0,
+               log: Any = None) -> dict[str, Any]:
     engine = config["engine"]
     mod = importlib.import_module(f"badc_replay.engines.{engine}")
     cfg = mod.LlamaConfig.from_dict(config) if engine == "llama_cpp" else None
@@ -60,6 +61,16 @@ def run_config(config: dict[str, Any], *, draws: int, campaign_seed: int, out_di
         entry["repaired"] = {"id": config["repair"], "outcomes": rep.outcomes, "proposed": rep.proposed,
                              "violations": rep.violations, "contract": rep.contract}
         say(f"{cfg.id}: repaired arm: {repaired_draws} draws in {time.monotonic() - t:.1f} s")
+    if confirm_draws and config.get("repair"):
+        # Confirmation: fresh seeds (arm names of their own) for off, unrepaired and repaired arms.
+        fresh = {}
+        for arm in ("off-confirm", "on-confirm", "repaired"):
+            t = time.monotonic()
+            fresh[arm] = mod.collect(cfg, arm, confirm_draws, campaign_seed, level="counts",
+                                     repair=config["repair"] if arm == "repaired" else None)
+            say(f"{cfg.id}: confirmation arm {arm}: {confirm_draws} draws in {time.monotonic() - t:.1f} s")
+        entry["confirmation"] = {"id": config["repair"],
+                                 **{arm: {"outcomes": r.outcomes, "proposed": r.proposed} for arm, r in fresh.items()}}
     return entry
 
 
@@ -69,12 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draws", type=int, required=True)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--repaired", type=int, default=0, help="draws of the repaired arm")
+    ap.add_argument("--repaired", type=int, default=0, help="draws of the repaired arm (discovery)")
+    ap.add_argument("--confirm", type=int, default=0, help="draws per arm of repair confirmation (fresh seeds)")
     ap.add_argument("--level", default="calls", choices=("counts", "calls", "full"))
     args = ap.parse_args(argv)
     config = json.loads(Path(args.config).read_text())
     entry = run_config(config, draws=args.draws, campaign_seed=args.seed, out_dir=args.out, level=args.level,
-                       repaired_draws=args.repaired, log=lambda m: print(m, file=sys.stderr, flush=True))
+                       repaired_draws=args.repaired, confirm_draws=args.confirm,
+                       log=lambda m: print(m, file=sys.stderr, flush=True))
     path = Path(args.out) / f"counts-{entry['id']}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(entry))

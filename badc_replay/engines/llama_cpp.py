@@ -533,7 +533,7 @@ def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace
     probe = LlamaCppInstrumentor()
     probe.instrument(sink)
     try:
-        h = Harness(cfg, speculative=arm != "off")
+        h = Harness(cfg, speculative=not arm.startswith("off"))
         if repair is not None:
             load_intervention(repair).apply(h.llm)
         outcomes = Counter(h.draw(draw_seed(campaign_seed, cfg.id, arm, i)) for i in range(start, start + draws))
