@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from badc_check.builds import build_for
+from badc_check.channels import RecordArm
 from badc_check.confirmation import confirm_repair
 from badc_check.decide import INCONCLUSIVE, Arm, Config, ConfigDecision, decide
 
@@ -143,13 +144,21 @@ def _run_worker(config: dict[str, Any], campaign: Campaign, out: Path, log: Any)
 
 def _decide_entry(entry: dict[str, Any], campaign: Campaign, m: int) -> ConfigDecision:
     hyp = entry.get("hypothesis")
+    rec = entry.get("records", {})
+
+    def record_arm(arm: str) -> RecordArm | None:
+        r = rec.get(arm)
+        if r is None:
+            return None
+        return RecordArm(r["draws"], r["mismatch"], {int(k): v for k, v in r["positions"].items()})
+
     cfg = Config(
         id=entry["id"], engine=entry["engine"], build=entry["build"], role=entry.get("role", "probe"),
         on=Arm(entry["on"], entry["violations"]["on"], entry["exercise"]["proposed"], entry["exercise"]["accepted"]),
         off=Arm(entry["off"], entry["violations"]["off"]), reference=entry["reference"],
         predicates={k: frozenset(v) for k, v in entry.get("predicates", {}).items()},
         hypothesis=(hyp["id"], hyp["law"]) if hyp else None,
-        records_status=entry.get("records", {}).get("status", "not_returned"))
+        records_status=rec.get("status", "not_returned"), records_on=record_arm("on"), records_off=record_arm("off"))
     d = decide(cfg, alpha=campaign.alpha, m=m, threshold=campaign.threshold)
     object.__setattr__(d, "contract", entry.get("contract"))
     conf = entry.get("confirmation")

@@ -52,7 +52,10 @@ def run_config(config: dict[str, Any], *, draws: int, campaign_seed: int, out_di
     known = set(ref.law) | set(entry["on"]) | set(entry["off"]) | set(entry.get("hypothesis", {}).get("law", {}))
     entry["predicates"] = {name: sorted(y for y in known if mod.predicate(name, cfg)(y))
                            for name in config.get("predicates", [])}
-    entry["records"] = {"status": config.get("records", "not_returned")}
+    if arms["on"].records is not None and arms["off"].records is not None:
+        entry["records"] = {"status": "complete", "on": arms["on"].records, "off": arms["off"].records}
+    else:
+        entry["records"] = {"status": "not_returned"}
     if repaired_draws and config.get("repair"):
         t = time.monotonic()
         rep = mod.collect(cfg, "repaired", repaired_draws, campaign_seed,

@@ -42,7 +42,8 @@ class TraceSink:
         self.writer = writer
         self.level = level
         self.counters: dict[str, int] = {"requests": 0, "proposed": 0, "accepted": 0, "drafter_calls": 0,
-                                         "processor_calls": 0, "stop_checks": 0, "kv_removals": 0, "crashes": 0}
+                                         "processor_calls": 0, "stop_checks": 0, "kv_removals": 0, "crashes": 0,
+                                         "probe_errors": 0}
         self.lock = threading.Lock()
 
     def count(self, name: str, n: int = 1) -> None:
@@ -50,15 +51,32 @@ class TraceSink:
             self.counters[name] = self.counters.get(name, 0) + n
 
     def emit(self, record: dict[str, Any]) -> None:
-        """Write a per-call record (levels calls and full)."""
+        """Write a per-call record (levels calls and full). Never raises into the engine: a record
+        that cannot be written is counted as a probe error, and the engine call goes on."""
         if self.writer is not None and self.level != "counts":
-            with self.lock:
-                self.writer.write(record)
+            try:
+                with self.lock:
+                    self.writer.write(plain(record))
+            except (TypeError, ValueError, OverflowError, OSError):
+                self.count("probe_errors")
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.write({"type": "counts", **self.counters})
             self.writer.close()
+
+
+def plain(obj: Any) -> Any:
+    """numpy scalars and arrays (which engines hand back inside their results) as msgpack-able values."""
+    if isinstance(obj, dict):
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [plain(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return obj
 
 
 def state_digest(obj: Any) -> str:

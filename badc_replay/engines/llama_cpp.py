@@ -94,16 +94,44 @@ def parity_violations(outcome_tokens: tuple[int, ...], prompt_len: int) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 SUPPORTED_SAMPLING = {"temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
-                      "frequency_penalty", "presence_penalty", "logit_bias", "stop", "seed"}
+                      "frequency_penalty", "presence_penalty", "logit_bias", "stop", "seed", "logprobs"}
+RECORD_TOLERANCE = 1e-4  # |returned logprob - documented logprob|; batch vs step evaluation differs ~1e-6
 CREATE_COMPLETION_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1.0,
                               "repeat_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
 PENALTY_LAST_N = 64  # Llama.last_n_tokens_size default
 
 
-def mirror_chain(logits: np.ndarray, params: Mapping[str, float], accepted: list[int]) -> np.ndarray:
+def grammar_mask(llm: Any, grammar: Any, accepted: list[int]) -> np.ndarray:
+    """Tokens the grammar allows after `accepted`, from llama.cpp's own grammar sampler
+    (llama_sampler_grammar_apply, llama-sampler.cpp:2680), fresh and replayed along the prefix."""
+    import ctypes
+
+    import llama_cpp
+
+    n = llm.n_vocab()
+    gs = llama_cpp.llama_sampler_init_grammar(llm._model.vocab, grammar._grammar.encode(), grammar._root.encode())
+    try:
+        for t in accepted:
+            llama_cpp.llama_sampler_accept(gs, t)
+        data = (llama_cpp.llama_token_data * n)()
+        for i in range(n):
+            data[i].id, data[i].logit, data[i].p = i, 0.0, 0.0
+        arr = llama_cpp.llama_token_data_array(data=data, size=n, selected=-1, sorted=False)
+        llama_cpp.llama_sampler_apply(gs, ctypes.byref(arr))
+        allowed = np.ones(n, dtype=bool)
+        for i in range(arr.size):
+            if not np.isfinite(data[i].logit):
+                allowed[data[i].id] = False
+        return allowed
+    finally:
+        llama_cpp.llama_sampler_free(gs)
+
+
+def mirror_chain(logits: np.ndarray, params: Mapping[str, float], accepted: list[int],
+                 allowed: np.ndarray | None = None) -> np.ndarray:
     """The law `dist` samples from, after Llama._init_sampler's chain (llama.py 0.3.36, _init_sampler):
-    custom processors (applied by the caller) -> penalties -> [grammar] -> top_k -> typical -> top_p
-    -> min_p -> temp -> dist."""
+    custom processors (applied by the caller) -> penalties -> grammar (`allowed`) -> top_k -> typical
+    -> top_p -> min_p -> temp -> dist."""
     x = logits.astype(np.float32).copy()
     keep = np.ones(len(x), dtype=bool)
     rep, freq, pres = params["repeat_penalty"], params["frequency_penalty"], params["presence_penalty"]
@@ -115,6 +143,8 @@ def mirror_chain(logits: np.ndarray, params: Mapping[str, float], accepted: list
             count = window.count(tok)
             x[tok] = x[tok] * np.float32(rep) if x[tok] <= 0 else x[tok] / np.float32(rep)
             x[tok] -= np.float32(count * freq + (count > 0) * pres)
+    if allowed is not None:
+        x[~allowed] = -np.inf
     temp = params["temperature"]
     if temp < 0:  # _init_sampler: dist only
         return _softmax(x, keep)
@@ -179,6 +209,7 @@ class LlamaConfig:
     sampling: dict[str, Any] = field(default_factory=dict)
     processors: list[dict[str, Any]] = field(default_factory=list)
     stopping: list[dict[str, Any]] = field(default_factory=list)
+    grammar: str | None = None  # GBNF text
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LlamaConfig:
@@ -215,12 +246,15 @@ class Harness:
                 raise ValueError(f"config {cfg.id}: llama_cpp drafter must be prompt_lookup")
             draft = LlamaPromptLookupDecoding(num_pred_tokens=int(cfg.drafter.get("num_pred_tokens", 10)),
                                               max_ngram_size=int(cfg.drafter.get("max_ngram_size", 2)))
+        # logprobs need logits_all (create_completion refuses otherwise); a draft model forces it anyway.
+        logits_all = cfg.sampling.get("logprobs") is not None
         if seed is not None:
-            self.llm = tiny.load(seed, draft_model=draft)
+            self.llm = tiny.load(seed, draft_model=draft, logits_all=logits_all)
         else:
             from llama_cpp import Llama
 
-            self.llm = Llama(model_path=cfg.model, n_threads=1, n_threads_batch=1, verbose=False, draft_model=draft)
+            self.llm = Llama(model_path=cfg.model, n_threads=1, n_threads_batch=1, verbose=False, draft_model=draft,
+                             logits_all=logits_all)
         self.prompt_tokens = (list(cfg.prompt) if isinstance(cfg.prompt, list)
                               else self.llm.tokenize(cfg.prompt.encode(), add_bos=False, special=False))
         self.yielded: list[int] = []
@@ -255,7 +289,10 @@ class Harness:
         from llama_cpp.llama import LogitsProcessorList, StoppingCriteriaList
 
         cfg, llm = self.cfg, self.llm
+        from llama_cpp.llama_grammar import LlamaGrammar
+
         procs = LogitsProcessorList(make_processors(cfg.processors, llm.token_eos())) if cfg.processors else None
+        grammar = LlamaGrammar.from_string(cfg.grammar, verbose=False) if cfg.grammar else None
         stops = None
         if cfg.stopping:
             crits = make_stopping(cfg.stopping)
@@ -270,7 +307,7 @@ class Harness:
                                     repeat_penalty=params["repeat_penalty"],
                                     frequency_penalty=params["frequency_penalty"],
                                     presence_penalty=params["presence_penalty"], logits_processor=procs,
-                                    stopping_criteria=stops):
+                                    stopping_criteria=stops, grammar=grammar):
                 if tok == llm.token_eos():
                     code = "eos"
                     break
@@ -283,7 +320,7 @@ class Harness:
         if "logit_bias" in kwargs:
             kwargs["logit_bias"] = {int(k): float(v) for k, v in kwargs["logit_bias"].items()}
         out = llm.create_completion(self.prompt_tokens, max_tokens=cfg.max_new_tokens, seed=seed,
-                                    logits_processor=procs, stopping_criteria=stops, **{
+                                    logits_processor=procs, stopping_criteria=stops, grammar=grammar, **{
                                         **{k: v for k, v in params.items()}, **kwargs})
         choice = out["choices"][0]
         n = out["usage"]["completion_tokens"]
@@ -358,6 +395,9 @@ class LogitOracle:
             if a != b:
                 break
             common += 1
+        # The logits of the key's last position must come from evaluating it: when the key is a prefix
+        # of what is in the cache, step back one token and evaluate that token again.
+        common = min(common, len(key) - 1)
         if common < len(self.prompt):
             llm.reset()
             llm.eval(self.prompt)
@@ -407,7 +447,9 @@ class KernelAdapter:
                 ids = llm.input_ids[: idx + 1] if adapter.processor_view == "logical" else llm._input_ids
                 for p in procs:
                     logits[:] = p(ids, logits)
-            law = mirror_chain(logits, adapter.params, adapter._accepted)
+            grammar = kw.get("grammar")
+            allowed = None if grammar is None else grammar_mask(llm, grammar, adapter._accepted)
+            law = mirror_chain(logits, adapter.params, adapter._accepted, allowed)
             j = len(adapter._accepted)
             if j >= len(adapter._script):
                 raise _Branch(law)
@@ -509,6 +551,42 @@ class ArmResult:
     violations: int  # draws (requests) whose replay found a contract violation
     contract: dict[str, Any] | None
     counters: dict[str, int]
+    records: dict[str, Any] | None = None  # channel R counts: draws, mismatch, positions
+
+
+def check_records(trace_path: str, oracle: LogitOracle) -> dict[str, Any]:
+    """D4: each returned `token_logprobs[j]` against its documented value, the log-softmax of the raw
+    model logits at the token's logical prefix (llama.py: `Llama.logits_to_logprobs(self._scores)`)."""
+    from badc_trace.format import read_trace
+
+    draws = mismatch = 0
+    positions: dict[int, int] = {}
+    first = None
+    for rec in read_trace(trace_path, allow_torn_tail=True):
+        if rec["type"] == "request":
+            prompt = rec["prompt"]
+        if rec["type"] != "return" or rec.get("logprobs") is None:
+            continue
+        draws += 1
+        bad = False
+        tokens = rec["tokens"]
+        # _create_completion leaves BOS tokens out of the logprobs lists (`if token == bos_token_id:
+        # continue`); the others keep their own rows.
+        returned = iter(rec["logprobs"]["token_logprobs"])
+        for j, tok in enumerate(tokens):
+            if tok == oracle.llm.token_bos():
+                continue
+            lp = next(returned, None)
+            logits = oracle(prompt + tokens[:j]).astype(np.float64)
+            documented = float(logits[tok] - logits.max() - np.log(np.exp(logits - logits.max()).sum()))
+            if lp is None or abs(lp - documented) > RECORD_TOLERANCE:
+                positions[j + 1] = positions.get(j + 1, 0) + 1
+                bad = True
+                if first is None:
+                    first = {"request": rec["req"], "position": j + 1, "token": tok, "expected": documented,
+                             "seen": lp}
+        mismatch += bad
+    return {"draws": draws, "mismatch": mismatch, "positions": positions, "first_mismatch": first}
 
 
 def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
@@ -542,12 +620,15 @@ def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace
         sink.close()
     contract = None
     violations = 0
+    records = None
     if trace_path is not None and level != "counts":
         res = replay_trace(trace_path)
         contract = res.to_dict()
         violations = len(res.violating_requests)
+        if cfg.sampling.get("logprobs") is not None:
+            records = check_records(trace_path, LogitOracle(h))
     return ArmResult(dict(outcomes), sink.counters["proposed"], sink.counters["accepted"], violations, contract,
-                     dict(sink.counters))
+                     dict(sink.counters), records)
 
 
 def _version() -> str:

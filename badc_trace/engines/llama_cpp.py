@@ -121,6 +121,8 @@ class LlamaCppInstrumentor(BaseInstrumentor):
             self._crash(req, "caller", e)
             self._finish(req, [], "crash", {})
             raise
+        finally:
+            self._local.req = None  # never leave a request open, whatever happened
         if bound.arguments.get("stream"):
             self._finish(req, req.yielded, "stream", {})
             return out

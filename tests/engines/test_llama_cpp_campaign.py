@@ -154,3 +154,46 @@ def test_processor_exception_is_a_crash_outcome():
         assert probe.sink.counters["crashes"] >= 1
     finally:
         probe.uninstrument()
+
+
+def test_logit_oracle_is_independent_of_evaluation_history():
+    c = cfg()
+    h = lcp.Harness(c, speculative=False)
+    a, b = lcp.LogitOracle(h), lcp.LogitOracle(h)
+    p = h.prompt_tokens
+    first = a(p + [5, 6])  # evaluates the prompt and both tokens
+    assert np.array_equal(a(p), b(p)) and np.array_equal(a(p + [5]), b(p + [5]))
+    assert np.array_equal(first, b(p + [5, 6]))
+
+
+def test_logprob_records_match_their_documented_value_and_a_planted_error_is_caught(tmp_path):
+    from badc_trace.format import TraceWriter
+
+    c = cfg(id="LCP-5", sampling={"temperature": 1.0, "logprobs": 10})
+    for arm in ("off", "on"):
+        r = lcp.collect(c, arm, 800, 4, trace_path=str(tmp_path / f"{arm}.badc"))
+        assert r.records["draws"] == 800 and r.records["mismatch"] == 0, r.records["first_mismatch"]
+    # The same check on a trace whose second record is off by 0.01 at position 2.
+    h = lcp.Harness(c, speculative=False)
+    oracle = lcp.LogitOracle(h)
+    p = h.prompt_tokens
+    logits = oracle(p + [5]).astype(np.float64)
+    good = float(logits[6] - logits.max() - np.log(np.exp(logits - logits.max()).sum()))
+    first = oracle(p).astype(np.float64)
+    lp0 = float(first[5] - first.max() - np.log(np.exp(first - first.max()).sum()))
+    path = tmp_path / "planted.badc"
+    with TraceWriter(path, engine="llama_cpp", build="x") as w:
+        w.write({"type": "request", "req": 0, "prompt": p})
+        w.write({"type": "return", "req": 0, "tokens": [5, 6], "logprobs": {"token_logprobs": [lp0, good + 0.01]}})
+    rec = lcp.check_records(str(path), oracle)
+    assert rec["mismatch"] == 1 and rec["positions"] == {2: 1} and rec["first_mismatch"]["position"] == 2
+
+
+def test_grammar_mirror_calibrates():
+    c = cfg(id="LCP-7", grammar='root ::= [a-d] [b-e]* "g"?')
+    ref = lcp.reference_law(c).law
+    off = lcp.collect(c, "off", 20_000, 8)
+    on = lcp.collect(c, "on", 2_000, 8)
+    d = decide(Config(c.id, Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref))
+    assert d.calibration.passed is True and set(off.outcomes) <= set(ref)
+    assert d.decision == NOT_REJECTED and on.proposed > 0
