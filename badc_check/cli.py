@@ -44,6 +44,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from badc_replay.contract import replay_trace
+    from badc_trace.format import TraceFormatError
+
+    try:
+        res = replay_trace(args.trace)
+    except (TraceFormatError, ValueError, OSError) as e:
+        print(f"badc replay: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=1))
+    else:
+        print(f"{args.trace}: {res.engine}, {res.requests} requests, {res.calls} calls, {res.violations} violating "
+              f"calls in {len(res.violating_requests)} requests")
+        for rid in sorted(res.first_per_request)[: args.limit]:
+            print(f"  {res.first_per_request[rid].message()}")
+        if res.torn_tail:
+            print(f"  torn tail at {res.torn_tail}: the writer did not finish; every whole chunk was checked")
+    return 1 if res.violations else 0
+
+
 def _cmd_models(args: argparse.Namespace) -> int:
     from badc_check.models_cmd import run
 
@@ -74,6 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--confirm", type=int, help="draws per arm for repair confirmation (default: the campaign's)")
     r.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     r.set_defaults(func=_cmd_run)
+    rp = sub.add_parser("replay", help="check a trace against the sequential contract (exit 1 on a violation)",
+                        description="Replay every request of a trace: processors must see the position's logical "
+                                    "prefix (D1), stop re-checks what sequential decoding evaluated (D3). Prints the "
+                                    "first violating call of each request: which call, which prefix, expected, seen.")
+    rp.add_argument("trace", metavar="TRACE")
+    rp.add_argument("--json", action="store_true")
+    rp.add_argument("--limit", type=int, default=5, help="requests to show (default 5)")
+    rp.set_defaults(func=_cmd_replay)
     mo = sub.add_parser("models", help="show each installed build's tiny model and its first-step law",
                         description="For every installed engine build, load the embedded tiny model in "
                                     "the real engine and print its exact next-token law after the prompt.")
