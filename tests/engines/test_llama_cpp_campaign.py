@@ -189,11 +189,41 @@ def test_logprob_records_match_their_documented_value_and_a_planted_error_is_cau
     assert rec["mismatch"] == 1 and rec["positions"] == {2: 1} and rec["first_mismatch"]["position"] == 2
 
 
-def test_grammar_mirror_calibrates():
-    c = cfg(id="LCP-7", grammar='root ::= [a-d] [b-e]* "g"?')
+@pytest.mark.parametrize("extra", [
+    {"grammar": 'root ::= [a-d] [b-e]* "g"?'},
+    {"sampling": {"temperature": 1.0, "repeat_penalty": 1.3, "frequency_penalty": 0.2, "presence_penalty": 0.2}},
+    {"sampling": {"temperature": 1.0, "stop": ["da"]}},
+    {"sampling": {"temperature": 0.9, "top_k": 5, "top_p": 0.9, "min_p": 0.05, "logit_bias": {"9": 2.0}}},
+], ids=["grammar", "penalties", "stop-string", "truncation-bias"])
+def test_mirror_calibrates_for_each_mirrored_feature(extra):
+    c = cfg(id="feat", **extra)
     ref = lcp.reference_law(c).law
     off = lcp.collect(c, "off", 20_000, 8)
     on = lcp.collect(c, "on", 2_000, 8)
     d = decide(Config(c.id, Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref))
     assert d.calibration.passed is True and set(off.outcomes) <= set(ref)
     assert d.decision == NOT_REJECTED and on.proposed > 0
+
+
+def test_known_defect_logit_bias_drops_user_processors():
+    """Finding (llama-cpp-python 0.3.36, not speculation-specific): with both `logit_bias` and
+    `logits_processor`, `_create_completion` runs `logits_processor = logits_processor.extend(...)`;
+    list.extend returns None, so neither the user's processors nor the bias are applied. When this test
+    fails, upstream has fixed it: move the expectation."""
+    from llama_cpp.llama import LogitsProcessorList
+
+    calls = []
+
+    def proc(ids, scores):
+        calls.append(len(ids))
+        return scores
+
+    h = lcp.Harness(cfg(), speculative=False)
+    banned = 0
+    for seed in range(200):
+        h.llm.create_completion(h.prompt_tokens, max_tokens=3, seed=seed, temperature=1.0, logit_bias={9: -100.0},
+                                logits_processor=LogitsProcessorList([proc]))
+        banned += 9 in h.yielded
+    assert calls == [] and banned > 20
+    h.llm.create_completion(h.prompt_tokens, max_tokens=3, seed=1, logits_processor=LogitsProcessorList([proc]))
+    assert calls  # without logit_bias the processor runs
