@@ -1,9 +1,13 @@
-"""`badc run`: read a campaign, seal it, run one worker per config under its build's interpreter, decide,
-confirm repairs, and write report.json, report.md and the traces.
+"""`badc run`: read a campaign, seal it, run its jobs in worker processes under each build's interpreter,
+decide, confirm repairs, and write report.json, report.md, plots and traces.
 
 Campaign file: DESIGN.md ("Campaign file"), plus an optional `[defaults]` table merged into every
-`[[config]]`. Workers exist for llama_cpp so far; configs of other engines are reported as
-INCONCLUSIVE with the reason, never silently dropped.
+`[[config]]`. A configuration's work is split into jobs: its exact laws, then shards of draws per arm.
+A job's result is a file written atomically; a job whose file exists is never run again. So a worker
+that dies, an engine that crashes the process, or an interrupted campaign loses only the shards in
+flight, and running the same command again completes the sealed roster (each draw's seed is a
+function of the campaign seed, config, arm and index). Configs of engines without a campaign worker
+are reported INCONCLUSIVE with the reason, never dropped.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import tomllib
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +33,8 @@ from badc_check.decide import INCONCLUSIVE, Arm, Config, ConfigDecision, decide
 ENGINES_WITH_WORKERS = {"llama_cpp"}
 ROLES = ("probe", "negative-control", "positive-control")
 BUILTIN = Path(__file__).resolve().parents[1] / "campaigns" / "builtin.toml"
+SHARD = 20_000  # draws per job
+RETRIES = 2  # a failed job is re-run this many times before its config is given up
 
 
 class CampaignError(ValueError):
@@ -44,6 +51,7 @@ class Campaign:
     seed: int
     confirm_draws: int
     configs: list[dict[str, Any]]
+    shard: int = SHARD  # draws per job: changes how work is spread, never the draws or their seeds
 
     def seal(self) -> dict[str, Any]:
         """Hashes of everything a decision depends on, taken before the first decision draw."""
@@ -88,14 +96,17 @@ def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: 
     if dup:
         raise CampaignError(f"{path}: duplicate config ids: {', '.join(dup)}")
     try:
-        return Campaign(path=path, name=str(camp.get("name", Path(path).stem)), alpha=float(camp.get("alpha", 0.05)),
-                        threshold=float(camp.get("threshold", 0.01)),
-                        draws=int(draws if draws is not None else camp.get("draws", 200_000)),
-                        seed=int(camp.get("seed", 0)),
-                        confirm_draws=int(confirm_draws if confirm_draws is not None else camp.get("confirm_draws", 0)),
-                        configs=configs)
+        campaign = Campaign(
+            path=path, name=str(camp.get("name", Path(path).stem)), alpha=float(camp.get("alpha", 0.05)),
+            threshold=float(camp.get("threshold", 0.01)),
+            draws=int(draws if draws is not None else camp.get("draws", 200_000)), seed=int(camp.get("seed", 0)),
+            confirm_draws=int(confirm_draws if confirm_draws is not None else camp.get("confirm_draws", 0)),
+            configs=configs, shard=int(camp.get("shard", SHARD)))
     except (TypeError, ValueError) as e:
         raise CampaignError(f"{path}: [campaign]: {e}") from None
+    if campaign.draws <= 0 or campaign.shard <= 0 or not 0 < campaign.alpha < 1:
+        raise CampaignError(f"{path}: [campaign]: draws and shard must be positive and alpha in (0, 1)")
+    return campaign
 
 
 def check_seal(campaign: Campaign, out: Path) -> dict[str, Any]:
@@ -113,63 +124,236 @@ def check_seal(campaign: Campaign, out: Path) -> dict[str, Any]:
             raise CampaignError(f"{out} is sealed for other inputs; changed: {', '.join(changed) or 'unknown'}. "
                                 "Use a new --out folder.")
     else:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(seal, indent=1))
-        os.replace(tmp, path)
+        _write_json(path, seal)
     return seal
 
 
-def _run_worker(config: dict[str, Any], campaign: Campaign, out: Path, log: Any) -> dict[str, Any]:
-    build = build_for(config["engine"], config["build"])
-    cfg_dir = out / "configs"
-    cfg_dir.mkdir(parents=True, exist_ok=True)
-    cfg_path = cfg_dir / f"{config['id']}.json"
-    cfg_path.write_text(json.dumps(config))
-    counts_path = out / f"counts-{config['id']}.json"
-    if counts_path.exists():  # collected by an earlier, interrupted run under the same seal
-        log(f"{config['id']}: reusing {counts_path.name}")
-        return json.loads(counts_path.read_text())
-    cmd = [str(build.python), "-m", "badc_replay.worker", str(cfg_path), "--draws", str(campaign.draws),
-           "--seed", str(campaign.seed), "--out", str(out), "--confirm", str(campaign.confirm_draws)]
-    log(f"{config['id']}: worker started ({build.name}, {campaign.draws} draws per arm)")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:
-        if "n_ctx" not in line and line.strip():
-            log(line.rstrip())
-    proc.wait()
-    if proc.returncode != 0 or not counts_path.exists():
-        raise RuntimeError(f"{config['id']}: worker exited with {proc.returncode}")
-    return json.loads(counts_path.read_text())
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
 
 
-def _decide_entry(entry: dict[str, Any], campaign: Campaign, m: int) -> ConfigDecision:
-    hyp = entry.get("hypothesis")
-    rec = entry.get("records", {})
+# -- jobs ----------------------------------------------------------------------------------------
 
-    def record_arm(arm: str) -> RecordArm | None:
-        r = rec.get(arm)
-        if r is None:
-            return None
-        return RecordArm(r["draws"], r["mismatch"], {int(k): v for k, v in r["positions"].items()})
 
+@dataclass
+class Job:
+    config: dict[str, Any]
+    kind: str  # laws | shard
+    arm: str = ""
+    start: int = 0
+    count: int = 0
+    level: str = "calls"
+    repair: str | None = None
+
+    @property
+    def cid(self) -> str:
+        return self.config["id"]
+
+    def output(self, out: Path) -> Path:
+        if self.kind == "laws":
+            return out / "laws" / f"{self.cid}.json"
+        return out / "shards" / self.cid / f"{self.arm}-{self.start}.json"
+
+    def command(self, python: str, cfg_path: Path, out: Path, seed: int) -> list[str]:
+        cmd = [python, "-m", "badc_replay.worker", str(cfg_path), "--out", str(out)]
+        if self.kind == "laws":
+            return cmd + ["--laws"]
+        cmd += ["--arm", self.arm, "--start", str(self.start), "--count", str(self.count), "--seed", str(seed),
+                "--level", self.level]
+        return cmd + (["--repair", self.repair] if self.repair else [])
+
+
+def plan(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
+    jobs = [Job(config, "laws")]
+
+    def arm(name: str, draws: int, level: str, repair: str | None = None) -> None:
+        for start in range(0, draws, campaign.shard):
+            jobs.append(Job(config, "shard", name, start, min(campaign.shard, draws - start), level, repair))
+
+    arm("off", campaign.draws, "calls")
+    arm("on", campaign.draws, "calls")
+    if campaign.confirm_draws and config.get("repair"):
+        arm("off-confirm", campaign.confirm_draws, "counts")
+        arm("on-confirm", campaign.confirm_draws, "counts")
+        arm("repaired", campaign.confirm_draws, "calls", config["repair"])
+    return jobs
+
+
+# -- progress ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """Draws done per (config, arm), shown as one bar per active arm with draws per second."""
+
+    totals: dict[tuple[str, str], int] = field(default_factory=dict)
+    done: dict[tuple[str, str], int] = field(default_factory=dict)
+    inflight: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    started: dict[tuple[str, str], float] = field(default_factory=dict)
+    log: Callable[[str], None] = print
+    last: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def begin(self, cid: str, arm: str) -> None:
+        with self.lock:
+            self.started.setdefault((cid, arm), time.monotonic())
+
+    def update(self, cid: str, arm: str, start: int, n: int, final: bool = False) -> None:
+        with self.lock:
+            key = (cid, arm)
+            self.started.setdefault(key, time.monotonic())
+            if final:
+                self.inflight.pop((cid, arm, start), None)
+                self.done[key] = self.done.get(key, 0) + n
+            else:
+                self.inflight[(cid, arm, start)] = n
+            now = time.monotonic()
+            if final or now - self.last >= 5:
+                self.last = now
+                self._show(key)
+
+    def _show(self, key: tuple[str, str]) -> None:
+        total = self.totals.get(key, 0)
+        n = self.done.get(key, 0) + sum(v for (c, a, _), v in self.inflight.items() if (c, a) == key)
+        rate = n / max(time.monotonic() - self.started[key], 1e-9)
+        width = 24
+        filled = round(width * n / total) if total else width
+        self.log(f"{key[0]:>12} {key[1]:<11} [{'#' * filled}{'.' * (width - filled)}] {n:>9,}/{total:,} "
+                 f"{rate:,.0f} draws/s")
+
+
+# -- executors -----------------------------------------------------------------------------------
+
+
+def _run_local(job: Job, cmd: list[str], progress: Progress, log: Callable[[str], None]) -> int:
+    if job.kind == "shard":
+        progress.begin(job.cid, job.arm)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    tail: list[str] = []
+    try:
+        for line in proc.stderr:
+            if line.startswith("progress "):
+                progress.update(job.cid, job.arm, job.start, int(line.split()[2].split("/")[0]))
+            elif "n_ctx" not in line and line.strip():
+                tail = (tail + [line.rstrip()])[-10:]
+        return proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        if proc.returncode not in (0, None):
+            log(f"{job.cid}: worker exited with {proc.returncode}: " + " | ".join(tail[-3:]))
+
+
+def _ray_task(cmd: list[str]) -> int:  # runs on a Ray worker; the folder must be shared with it
+    return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+
+
+class Executor:
+    """Runs jobs with K local worker processes, or as Ray tasks (`executor="ray"`)."""
+
+    def __init__(self, kind: str, workers: int, progress: Progress, log: Callable[[str], None]):
+        if kind not in ("local", "ray"):
+            raise CampaignError(f"executor must be local or ray, not {kind!r}")
+        self.kind, self.workers, self.progress, self.log = kind, max(1, workers), progress, log
+        if kind == "ray":
+            try:
+                import ray
+            except ImportError:
+                raise CampaignError("the Ray executor needs ray: pip install 'ray[default]' in .venv") from None
+            if not ray.is_initialized():
+                ray.init(address=os.environ.get("RAY_ADDRESS") or None, num_cpus=None if os.environ.get(
+                    "RAY_ADDRESS") else self.workers, include_dashboard=False, log_to_driver=False)
+            self._remote = ray.remote(num_cpus=1)(_ray_task)
+
+    def run(self, jobs: list[tuple[Job, list[str]]]) -> list[int]:
+        if self.kind == "ray":
+            import ray
+
+            for job, _ in jobs:
+                if job.kind == "shard":
+                    self.progress.begin(job.cid, job.arm)
+            refs = [self._remote.remote(cmd) for _, cmd in jobs]
+            codes = []
+            for (job, _), ref in zip(jobs, refs, strict=True):
+                codes.append(ray.get(ref))
+                if job.kind == "shard" and codes[-1] == 0:
+                    self.progress.update(job.cid, job.arm, job.start, job.count, final=True)
+            return codes
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(item: tuple[Job, list[str]]) -> int:
+            job, cmd = item
+            code = _run_local(job, cmd, self.progress, self.log)
+            if job.kind == "shard" and code == 0:
+                self.progress.update(job.cid, job.arm, job.start, job.count, final=True)
+            return code
+
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            return list(pool.map(one, jobs))
+
+
+# -- merging and deciding ------------------------------------------------------------------------
+
+
+def merge_shards(shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """One arm from its shards: counts add up; the first violation is the earliest draw's."""
+    outcomes: dict[str, int] = {}
+    total = {"proposed": 0, "accepted": 0, "violations": 0, "draws": 0}
+    contract = {"calls": 0, "violations": 0, "requests": 0, "violating_requests": 0, "first_violation": None}
+    records: dict[str, Any] | None = None
+    for s in sorted(shards, key=lambda s: s["start"]):
+        for y, k in s["outcomes"].items():
+            outcomes[y] = outcomes.get(y, 0) + k
+        for key in ("proposed", "accepted", "violations"):
+            total[key] += s[key]
+        total["draws"] += s["count"]
+        c = s.get("contract") or {}
+        for key in ("calls", "violations", "requests", "violating_requests"):
+            contract[key] += c.get(key, 0)
+        if contract["first_violation"] is None and c.get("first_violation"):
+            contract["first_violation"] = c["first_violation"]
+        r = s.get("records")
+        if r is not None:
+            records = records or {"draws": 0, "mismatch": 0, "positions": {}, "first_mismatch": None}
+            records["draws"] += r["draws"]
+            records["mismatch"] += r["mismatch"]
+            for p, k in r["positions"].items():
+                records["positions"][str(p)] = records["positions"].get(str(p), 0) + k
+            records["first_mismatch"] = records["first_mismatch"] or r.get("first_mismatch")
+    return {"outcomes": outcomes, **total, "contract": contract, "records": records}
+
+
+def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, dict[str, Any]],
+                  campaign: Campaign, m: int) -> ConfigDecision:
+    hyp = laws.get("hypothesis")
+    on, off = arms["on"], arms["off"]
+
+    def record_arm(a: dict[str, Any]) -> RecordArm | None:
+        r = a.get("records")
+        return None if r is None else RecordArm(r["draws"], r["mismatch"],
+                                                {int(k): v for k, v in r["positions"].items()})
+
+    rec_on, rec_off = record_arm(on), record_arm(off)
+    predicates = {name: frozenset(laws.get("predicates", {}).get(name, ())) for name in config.get("predicates", [])}
     cfg = Config(
-        id=entry["id"], engine=entry["engine"], build=entry["build"], role=entry.get("role", "probe"),
-        on=Arm(entry["on"], entry["violations"]["on"], entry["exercise"]["proposed"], entry["exercise"]["accepted"]),
-        off=Arm(entry["off"], entry["violations"]["off"]), reference=entry["reference"],
-        predicates={k: frozenset(v) for k, v in entry.get("predicates", {}).items()},
+        id=config["id"], engine=config["engine"], build=laws.get("build", config["build"]),
+        role=config.get("role", "probe"), on=Arm(on["outcomes"], on["violations"], on["proposed"], on["accepted"]),
+        off=Arm(off["outcomes"], off["violations"]), reference=laws["reference"], predicates=predicates,
         hypothesis=(hyp["id"], hyp["law"]) if hyp else None,
-        records_status=rec.get("status", "not_returned"), records_on=record_arm("on"), records_off=record_arm("off"))
+        records_status="complete" if rec_on and rec_off else "not_returned", records_on=rec_on, records_off=rec_off)
     d = decide(cfg, alpha=campaign.alpha, m=m, threshold=campaign.threshold)
-    object.__setattr__(d, "contract", entry.get("contract"))
-    conf = entry.get("confirmation")
-    if conf:
-        fam = cfg.family()
+    object.__setattr__(d, "contract", on["contract"])
+    if "repaired" in arms:
         frozen = [f"A_H({hyp['id']})"] if hyp else [d.channel_s.argmax_crash_free]
-        n_conf = sum(1 for e in campaign.configs if e.get("repair"))
-        r = confirm_repair(conf["id"], fam, frozen, entry["reference"], cfg.predicates, conf["off-confirm"]["outcomes"],
-                           conf["on-confirm"]["outcomes"], conf["repaired"]["outcomes"],
-                           proposed_on=conf["on-confirm"]["proposed"], proposed_repaired=conf["repaired"]["proposed"],
-                           alpha=campaign.alpha, m=max(n_conf, 1))
+        n_conf = sum(1 for c in campaign.configs if c.get("repair"))
+        r = confirm_repair(config["repair"], cfg.family(), frozen, laws["reference"], predicates,
+                           arms["off-confirm"]["outcomes"], arms["on-confirm"]["outcomes"],
+                           arms["repaired"]["outcomes"], proposed_on=arms["on-confirm"]["proposed"],
+                           proposed_repaired=arms["repaired"]["proposed"], alpha=campaign.alpha, m=max(n_conf, 1))
         object.__setattr__(d, "repair", r)
     return d
 
@@ -183,37 +367,101 @@ def _inconclusive(config: dict[str, Any], reason: str) -> dict[str, Any]:
             "reasons": [reason]}
 
 
-def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, log: Any = None) -> dict[str, Any]:
+# -- the campaign --------------------------------------------------------------------------------
+
+
+def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, executor: str = "local",
+                 log: Callable[[str], None] | None = None, plots: bool = True) -> dict[str, Any]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     seal = check_seal(campaign, out)
+    marker = out / "RUNNING"
+    interrupted_before = marker.exists()
+    if interrupted_before:
+        log(f"{out}: an earlier run was interrupted; completing its sealed roster")
+    marker.write_text(str(os.getpid()))
     start = time.monotonic()
-    runnable = [c for c in campaign.configs if c["engine"] in ENGINES_WITH_WORKERS]
     results: dict[str, dict[str, Any]] = {}
+    progress = Progress(log=log)
+    plans: dict[str, list[Job]] = {}
+    pythons: dict[str, str] = {}
     for c in campaign.configs:
         if c["engine"] not in ENGINES_WITH_WORKERS:
             results[c["id"]] = _inconclusive(c, f"no campaign worker for engine {c['engine']!r} yet")
+            continue
+        try:
+            pythons[c["id"]] = str(build_for(c["engine"], c["build"]).python)
+        except LookupError as e:
+            results[c["id"]] = _inconclusive(c, str(e))
+            continue
+        plans[c["id"]] = plan(campaign, c)
+        cfg_path = out / "configs" / f"{c['id']}.json"
+        cfg_path.parent.mkdir(exist_ok=True)
+        _write_json(cfg_path, c)
+    reused = sum(1 for jobs in plans.values() for j in jobs if j.output(out).exists())
+    for cid, jobs in plans.items():
+        for j in jobs:
+            if j.kind == "shard":
+                progress.totals[(cid, j.arm)] = progress.totals.get((cid, j.arm), 0) + j.count
+                if j.output(out).exists():
+                    progress.done[(cid, j.arm)] = progress.done.get((cid, j.arm), 0) + j.count
+    ex = Executor(executor, workers, progress, log)
+    # Laws first (a config without its laws cannot be decided), then every shard, retried on failure.
+    for phase in ("laws", "shard"):
+        for attempt in range(RETRIES + 1):
+            todo = [(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed))
+                    for jobs in plans.values() for j in jobs if j.kind == phase and not j.output(out).exists()]
+            if not todo:
+                break
+            if attempt:
+                log(f"retrying {len(todo)} failed {phase} job(s) (attempt {attempt + 1})")
+            ex.run(todo)
     m = len(campaign.configs)
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = {c["id"]: pool.submit(_run_worker, c, campaign, out, log) for c in runnable}
-        for cid, fut in futures.items():
-            try:
-                entry = fut.result()
-            except (RuntimeError, LookupError) as e:
-                results[cid] = _inconclusive(next(c for c in runnable if c["id"] == cid), str(e))
-                log(f"{cid}: {e}")
-                continue
-            d = _decide_entry(entry, campaign, m)
-            results[cid] = {**d.to_dict(), "simulator_check": entry.get("simulator_check")}
-            log(f"{cid}: {d.decision} (D {d.D:.4f}, witnesses {d.witnesses.count})")
+    for cid, jobs in plans.items():
+        config = jobs[0].config
+        missing = [j for j in jobs if not j.output(out).exists()]
+        if missing:
+            results[cid] = _inconclusive(config, f"{len(missing)} job(s) failed after {RETRIES + 1} attempts "
+                                                 f"(first: {missing[0].kind} {missing[0].arm} {missing[0].start})")
+            continue
+        laws = json.loads(jobs[0].output(out).read_text())
+        if config.get("predicates"):
+            laws["predicates"] = _predicate_sets(config, laws, jobs, out)
+        arms: dict[str, list[dict[str, Any]]] = {}
+        for j in jobs[1:]:
+            arms.setdefault(j.arm, []).append(json.loads(j.output(out).read_text()))
+        merged = {arm: merge_shards(s) for arm, s in arms.items()}
+        d = decide_config(config, laws, merged, campaign, m)
+        results[cid] = {**d.to_dict(), "simulator_check": laws.get("simulator_check"),
+                        "records_detail": {arm: merged[arm]["records"] for arm in ("on", "off")}}
+        log(f"{cid}: {d.decision} (D {d.D:.4f}, returned {d.channel_s.D_returned:.4f}, witnesses {d.witnesses.count})")
+    marker.unlink(missing_ok=True)
     report = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
               "threshold": campaign.threshold, "m": m, "draws": campaign.draws,
+              "confirm_draws": campaign.confirm_draws, "interrupted": interrupted_before, "jobs_reused": reused,
               "elapsed_s": round(time.monotonic() - start, 1),
               "configs": [results[c["id"]] for c in campaign.configs]}
-    (out / "report.json").write_text(json.dumps(report, indent=1))
+    _write_json(out / "report.json", report)
     (out / "report.md").write_text(report_markdown(report))
+    if plots:
+        from badc_check.plots import plot_campaign
+
+        plot_campaign(out, campaign, plans)
     return report
+
+
+def _predicate_sets(config: dict[str, Any], laws: dict[str, Any], jobs: list[Job], out: Path) -> dict[str, list[str]]:
+    """Registered predicates as lists of the violating outcomes among all the laws and arms contain
+    (predicates are pure functions of outcome strings; the engine module defines them)."""
+    from badc_replay.worker import engine_module
+
+    mod = engine_module(config)
+    cfg = mod.config_from_dict(config)
+    known = set(laws["reference"]) | set(laws.get("hypothesis", {}).get("law", {}))
+    for j in jobs[1:]:
+        known |= set(json.loads(j.output(out).read_text())["outcomes"])
+    return {name: sorted(y for y in known if mod.predicate(name, cfg)(y)) for name in config["predicates"]}
 
 
 def report_markdown(report: dict[str, Any]) -> str:
@@ -222,14 +470,19 @@ def report_markdown(report: dict[str, Any]) -> str:
 
     lines = [f"# badc report: {report['campaign']}", "",
              f"Seal `{report['seal'][:16]}`; alpha {report['alpha']} family-wise over m = {report['m']}; "
-             f"threshold {report['threshold']}; {report['draws']} draws per arm. "
-             "NOT_REJECTED means the test did not reject; it is not evidence of conformance.", "",
-             "| config | engine | build | role | decision | eligible | D | D returned | witnesses | proposed | "
-             "calibration | hypothesis | repair |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"threshold {report['threshold']}; {report['draws']:,} draws per arm"
+             + (f", {report['confirm_draws']:,} per confirmation arm" if report.get("confirm_draws") else "") + ". "
+             "NOT_REJECTED means the test did not reject; it is not evidence of conformance.", ""]
+    if report.get("interrupted"):
+        lines += ["**This campaign was interrupted and completed from its sealed roster** "
+                  f"({report['jobs_reused']} jobs reused).", ""]
+    lines += ["| config | engine | build | role | decision | eligible | D | D returned | witnesses | proposed | "
+              "calibration | hypothesis | repair |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in report["configs"]:
         hyp = c.get("hypothesis")
-        hyp_s = "-" if not hyp else f"{hyp['id']}: {'compatible' if hyp['compatible'] else 'incompatible'}"
+        hyp_s = "-" if not hyp else (f"{hyp['id']}: {'compatible' if hyp['compatible'] else 'incompatible'}, null "
+                                     f"{'rejected' if hyp['null_rejected'] else 'not rejected'}")
         rep = c.get("repair")
         rep_s = "-" if not rep else (f"{rep['id']}: {'confirmed' if rep['confirmed'] else 'not confirmed'} "
                                      f"(recurrence {rep['recurrence']:.4f}, gap UB {rep['gap_ub']:.4f}, "
@@ -241,6 +494,9 @@ def report_markdown(report: dict[str, Any]) -> str:
     for c in report["configs"]:
         lines += ["", f"## {c['id']}: {c['decision']}", ""]
         lines += [f"- {r}" for r in c.get("reasons", [])]
+        if c.get("D_event"):
+            lines.append(f"- D attained on `{c['D_event']}`; crash-free returned-output D {f(c.get('D_crash_free'))} "
+                         f"on `{c.get('D_crash_free_event')}`; {c.get('events')} events, B = {c.get('bounds')}")
         if c.get("witness_outcomes"):
             lines.append("- witness outcomes: " + ", ".join(f"`{y}` x{k}" for y, k in
                                                           list(c["witness_outcomes"].items())[:8]))
@@ -249,4 +505,11 @@ def report_markdown(report: dict[str, Any]) -> str:
             fv = contract["first_violation"]
             lines.append(f"- contract: {contract['violations']} violating calls in {contract['violating_requests']} "
                          f"of {contract['requests']} requests; first: {fv['message']}")
+        elif contract:
+            lines.append(f"- contract: {contract['calls']} calls replayed, no violation")
+        if c.get("records", {}).get("status") == "complete":
+            lines.append(f"- records (channel R): {'FAILED' if c['records']['failed'] else 'not rejected'}, "
+                         f"gap {f(c['records'].get('gap'))}")
+        if c.get("simulator_check") is not None:
+            lines.append(f"- hypothesis simulator with logical reads reproduces P to {c['simulator_check']:.1e}")
     return "\n".join(lines) + "\n"

@@ -32,13 +32,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from badc_check.campaign import BUILTIN, CampaignError, load_campaign, run_campaign
 
+    out = args.out
     try:
         campaign = load_campaign(args.campaign or BUILTIN, draws=args.draws, confirm_draws=args.confirm)
-        out = args.out or f"badc-out/{campaign.name}"
-        report = run_campaign(campaign, out, workers=args.workers)
+        out = out or f"badc-out/{campaign.name}"
+        report = run_campaign(campaign, out, workers=args.workers, executor=args.executor, plots=not args.no_plots)
     except CampaignError as e:
         print(f"badc run: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"badc run: interrupted; every finished shard is kept in {out}. Run the same command again to "
+              "complete the sealed roster.", file=sys.stderr)
+        return 130
     print(open(f"{out}/report.md").read())
     print(f"badc run: report in {out}/report.json and {out}/report.md ({report['elapsed_s']} s)", file=sys.stderr)
     return 0
@@ -94,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--draws", type=int, help="draws per arm (default: the campaign's)")
     r.add_argument("--confirm", type=int, help="draws per arm for repair confirmation (default: the campaign's)")
     r.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    r.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local worker processes, or Ray tasks (RAY_ADDRESS selects a cluster; default: a local one)")
+    r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     r.set_defaults(func=_cmd_run)
     rp = sub.add_parser("replay", help="check a trace against the sequential contract (exit 1 on a violation)",
                         description="Replay every request of a trace: processors must see the position's logical "

@@ -1,8 +1,16 @@
-"""Campaign worker: runs under an engine build's interpreter, computes the exact laws of one
-configuration, collects its arms with probes on, replays the on-arm traces, and writes one
-COUNTS.json config entry (docs/counts.md) that badc_check turns into a decision.
+"""Campaign worker: runs under an engine build's interpreter and does one job of a campaign.
 
-    python -m badc_replay.worker CONFIG.json --draws N --seed S --out DIR [--repaired N]
+    python -m badc_replay.worker CONFIG.json --laws --out DIR
+        exact laws of one configuration: P, the registered hypothesis law, the simulator check
+        -> DIR/laws/ID.json
+    python -m badc_replay.worker CONFIG.json --arm ARM --start S --count N --seed SEED --out DIR
+        draws S .. S+N-1 of one arm (off, on, repaired, off-confirm, on-confirm), probed and traced,
+        the trace replayed against the contract -> DIR/shards/ID/ARM-S.json, DIR/traces/ID/ARM-S.badc
+
+Every result file is written atomically (temporary file, then rename), so a killed worker leaves
+either a whole shard or none: the runner re-runs missing shards with the same seeds (each draw's seed
+is a function of the campaign seed, the config, the arm and the draw's index), and no draw is counted
+twice or lost. Progress goes to stderr as `progress ARM DONE/TOTAL`.
 """
 
 from __future__ import annotations
@@ -16,86 +24,93 @@ import time
 from pathlib import Path
 from typing import Any
 
+ARMS = ("off", "on", "repaired", "off-confirm", "on-confirm")
 
-def run_config(config: dict[str, Any], *, draws: int, campaign_seed: int, out_dir: str | Path,
-               level: str = "calls", repaired_draws: int = 0, confirm_draws: int = 0,
-               log: Any = None) -> dict[str, Any]:
+
+def write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
+
+
+def engine_module(config: dict[str, Any]) -> Any:
     engine = config["engine"]
-    mod = importlib.import_module(f"badc_replay.engines.{engine}")
-    cfg = mod.LlamaConfig.from_dict(config) if engine == "llama_cpp" else None
-    if cfg is None:
+    try:
+        mod = importlib.import_module(f"badc_replay.engines.{engine}")
+    except ModuleNotFoundError:
+        raise NotImplementedError(f"engine {engine!r}: no campaign worker") from None
+    if not hasattr(mod, "collect"):
         raise NotImplementedError(f"engine {engine!r}: no campaign worker yet")
-    out = Path(out_dir)
-    (out / "traces").mkdir(parents=True, exist_ok=True)
-    say = log or (lambda msg: None)
-    t0 = time.monotonic()
+    return mod
+
+
+def laws(config: dict[str, Any], out: Path) -> dict[str, Any]:
+    mod = engine_module(config)
+    cfg = mod.config_from_dict(config)
+    t = time.monotonic()
     ref = mod.reference_law(cfg)
-    say(f"{cfg.id}: P enumerated ({len(ref.law)} outcomes, {ref.paths} paths, {time.monotonic() - t0:.1f} s)")
-    entry: dict[str, Any] = {"id": cfg.id, "engine": engine, "build": mod._version(),
-                             "role": config.get("role", "probe"), "reference": ref.law}
+    res: dict[str, Any] = {"id": cfg.id, "build": mod.engine_version(), "reference": ref.law,
+                           "paths": ref.paths}
     hyp = config.get("hypothesis")
     if hyp:
-        law = mod.hypothesis_law(cfg, hyp)
-        entry["hypothesis"] = {"id": hyp, "law": law.law}
-        entry["simulator_check"] = mod.simulator_check(cfg)
-    arms = {}
-    for arm in ("off", "on"):
-        t = time.monotonic()
-        arms[arm] = mod.collect(cfg, arm, draws, campaign_seed, trace_path=str(out / "traces" / f"{cfg.id}-{arm}.badc"),
-                                level=level)
-        say(f"{cfg.id}: arm {arm}: {draws} draws in {time.monotonic() - t:.1f} s "
-            f"({draws / max(time.monotonic() - t, 1e-9):.0f}/s), proposed {arms[arm].proposed}")
-    entry["on"], entry["off"] = arms["on"].outcomes, arms["off"].outcomes
-    entry["exercise"] = {"proposed": arms["on"].proposed, "accepted": arms["on"].accepted}
-    entry["violations"] = {"on": arms["on"].violations, "off": arms["off"].violations}
-    entry["contract"] = arms["on"].contract
-    known = set(ref.law) | set(entry["on"]) | set(entry["off"]) | set(entry.get("hypothesis", {}).get("law", {}))
-    entry["predicates"] = {name: sorted(y for y in known if mod.predicate(name, cfg)(y))
-                           for name in config.get("predicates", [])}
-    if arms["on"].records is not None and arms["off"].records is not None:
-        entry["records"] = {"status": "complete", "on": arms["on"].records, "off": arms["off"].records}
-    else:
-        entry["records"] = {"status": "not_returned"}
-    if repaired_draws and config.get("repair"):
-        t = time.monotonic()
-        rep = mod.collect(cfg, "repaired", repaired_draws, campaign_seed,
-                          trace_path=str(out / "traces" / f"{cfg.id}-repaired.badc"), level=level,
-                          repair=config["repair"])
-        entry["repaired"] = {"id": config["repair"], "outcomes": rep.outcomes, "proposed": rep.proposed,
-                             "violations": rep.violations, "contract": rep.contract}
-        say(f"{cfg.id}: repaired arm: {repaired_draws} draws in {time.monotonic() - t:.1f} s")
-    if confirm_draws and config.get("repair"):
-        # Confirmation: fresh seeds (arm names of their own) for off, unrepaired and repaired arms.
-        fresh = {}
-        for arm in ("off-confirm", "on-confirm", "repaired"):
-            t = time.monotonic()
-            fresh[arm] = mod.collect(cfg, arm, confirm_draws, campaign_seed, level="counts",
-                                     repair=config["repair"] if arm == "repaired" else None)
-            say(f"{cfg.id}: confirmation arm {arm}: {confirm_draws} draws in {time.monotonic() - t:.1f} s")
-        entry["confirmation"] = {"id": config["repair"],
-                                 **{arm: {"outcomes": r.outcomes, "proposed": r.proposed} for arm, r in fresh.items()}}
-    return entry
+        res["hypothesis"] = {"id": hyp, "law": mod.hypothesis_law(cfg, hyp).law}
+        res["simulator_check"] = mod.simulator_check(cfg)
+    known = set(ref.law) | set(res.get("hypothesis", {}).get("law", {}))
+    res["elapsed_s"] = round(time.monotonic() - t, 2)
+    res["support"] = len(known)
+    write_json(out / "laws" / f"{cfg.id}.json", res)
+    return res
+
+
+def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, out: Path, *,
+          level: str = "calls", repair: str | None = None, progress: Any = None) -> dict[str, Any]:
+    if arm not in ARMS:
+        raise ValueError(f"arm must be one of {', '.join(ARMS)}")
+    mod = engine_module(config)
+    cfg = mod.config_from_dict(config)
+    trace = out / "traces" / cfg.id / f"{arm}-{start}.badc"
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    t = time.monotonic()
+    res = mod.collect(cfg, arm, count, seed, trace_path=str(trace), level=level, repair=repair, start=start,
+                      progress=progress)
+    result = {"id": cfg.id, "arm": arm, "start": start, "count": count, "outcomes": res.outcomes,
+              "proposed": res.proposed, "accepted": res.accepted, "violations": res.violations,
+              "contract": res.contract, "records": res.records, "counters": res.counters,
+              "elapsed_s": round(time.monotonic() - t, 2)}
+    write_json(out / "shards" / cfg.id / f"{arm}-{start}.json", result)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m badc_replay.worker", description=__doc__.splitlines()[0])
     ap.add_argument("config", help="one campaign config as a JSON file")
-    ap.add_argument("--draws", type=int, required=True)
-    ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--repaired", type=int, default=0, help="draws of the repaired arm (discovery)")
-    ap.add_argument("--confirm", type=int, default=0, help="draws per arm of repair confirmation (fresh seeds)")
+    ap.add_argument("--laws", action="store_true", help="compute the exact laws")
+    ap.add_argument("--arm", choices=ARMS)
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--count", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--level", default="calls", choices=("counts", "calls", "full"))
+    ap.add_argument("--repair", default=None)
     args = ap.parse_args(argv)
     config = json.loads(Path(args.config).read_text())
-    entry = run_config(config, draws=args.draws, campaign_seed=args.seed, out_dir=args.out, level=args.level,
-                       repaired_draws=args.repaired, confirm_draws=args.confirm,
-                       log=lambda m: print(m, file=sys.stderr, flush=True))
-    path = Path(args.out) / f"counts-{entry['id']}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(entry))
-    os.replace(tmp, path)
-    print(path)
+    out = Path(args.out)
+    try:
+        if args.laws:
+            laws(config, out)
+        else:
+            if args.arm is None or args.count <= 0:
+                ap.error("give --laws, or --arm with --count > 0")
+
+            def progress(done: int) -> None:
+                print(f"progress {args.arm} {done}/{args.count}", file=sys.stderr, flush=True)
+
+            shard(config, args.arm, args.start, args.count, args.seed, out, level=args.level, repair=args.repair,
+                  progress=progress)
+    except NotImplementedError as e:
+        print(f"worker: {e}", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -590,9 +590,11 @@ def check_records(trace_path: str, oracle: LogitOracle) -> dict[str, Any]:
 
 
 def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
-            level: str = "calls", repair: str | None = None, start: int = 0) -> ArmResult:
+            level: str = "calls", repair: str | None = None, start: int = 0,
+            progress: Callable[[int], None] | None = None) -> ArmResult:
     """Draws `start .. start + draws - 1` of one arm (`on`, `off` or `repaired`), probed and traced;
     the trace is replayed against the contract when written at level calls or full."""
+    import itertools
     from collections import Counter
 
     from badc_replay.contract import replay_trace
@@ -604,17 +606,22 @@ def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace
 
     writer = None
     if trace_path is not None:
-        writer = TraceWriter(trace_path, engine="llama_cpp", build=_version(), seal="",
+        writer = TraceWriter(trace_path, engine="llama_cpp", build=engine_version(), seal="",
                              config={"id": cfg.id, "arm": arm, "processors": cfg.processors,
                                      "stopping": cfg.stopping})
     sink = TraceSink(writer, level if writer else "counts")
     probe = LlamaCppInstrumentor()
     probe.instrument(sink)
+    probe._ids = itertools.count(start)  # request ids are draw indices across shards
     try:
         h = Harness(cfg, speculative=not arm.startswith("off"))
         if repair is not None:
             load_intervention(repair).apply(h.llm)
-        outcomes = Counter(h.draw(draw_seed(campaign_seed, cfg.id, arm, i)) for i in range(start, start + draws))
+        outcomes: Counter[str] = Counter()
+        for i in range(start, start + draws):
+            outcomes[h.draw(draw_seed(campaign_seed, cfg.id, arm, i))] += 1
+            if progress is not None and (i - start + 1) % 1000 == 0:
+                progress(i - start + 1)
     finally:
         probe.uninstrument()
         sink.close()
@@ -631,10 +638,14 @@ def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace
                      dict(sink.counters), records)
 
 
-def _version() -> str:
+def engine_version() -> str:
     import importlib.metadata
 
     return importlib.metadata.version("llama-cpp-python")
+
+
+def config_from_dict(d: Mapping[str, Any]) -> LlamaConfig:
+    return LlamaConfig.from_dict(d)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 from badc_check.decide import FAILS, NOT_REJECTED, Arm, Config, decide
 from badc_replay.contract import replay_trace
 from badc_replay.engines import llama_cpp as lcp
-from badc_replay.worker import run_config
+from badc_replay.worker import laws
 from badc_trace.engines.llama_cpp import LlamaCppInstrumentor
 from badc_trace.format import read_trace
 
@@ -58,32 +58,37 @@ def test_simulator_reproduces_p_with_logical_reads(processors, hypothesis):
 
 
 def test_parity_processor_fails_with_witnesses_and_repair_removes_them(tmp_path):
-    config = {**BASE, "id": "LCP-1", "processors": [{"name": "parity"}], "predicates": ["allowed_tokens"],
-              "hypothesis": "H-D1-phys", "repair": "llama_cpp/logical-prefix"}
-    e = run_config(config, draws=3000, campaign_seed=11, out_dir=tmp_path, repaired_draws=3000)
-    d = decide(Config("LCP-1", Arm(e["on"], e["violations"]["on"], e["exercise"]["proposed"]),
-                      Arm(e["off"], e["violations"]["off"]), reference=e["reference"],
-                      predicates={k: set(v) for k, v in e["predicates"].items()},
-                      hypothesis=(e["hypothesis"]["id"], e["hypothesis"]["law"])))
+    config = {**BASE, "id": "LCP-1", "processors": [{"name": "parity"}], "hypothesis": "H-D1-phys"}
+    c = lcp.config_from_dict(config)
+    law = laws(config, tmp_path)
+    on = lcp.collect(c, "on", 3000, 11, trace_path=str(tmp_path / "on.badc"))
+    off = lcp.collect(c, "off", 3000, 11, trace_path=str(tmp_path / "off.badc"))
+    rep = lcp.collect(c, "repaired", 3000, 11, trace_path=str(tmp_path / "rep.badc"),
+                      repair="llama_cpp/logical-prefix")
+    preds = {"allowed_tokens": lcp.predicate("allowed_tokens", c)}
+    d = decide(Config("LCP-1", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
+                      reference=law["reference"], predicates=preds,
+                      hypothesis=(law["hypothesis"]["id"], law["hypothesis"]["law"])))
     assert d.decision == FAILS and d.eligible and d.witnesses.count > 100
     assert d.calibration.passed and d.hypothesis.compatible and d.hypothesis.null_rejected
-    assert e["simulator_check"] <= 1e-12
-    first = e["contract"]["first_violation"]
+    assert law["simulator_check"] <= 1e-12
+    first = on.contract["first_violation"]
     assert first["kind"] == "D1" and "unverified drafts" in first["seen"]
-    rep = e["repaired"]
-    assert rep["violations"] == 0 and rep["proposed"] > 0
-    d_rep = decide(Config("LCP-1-rep", Arm(rep["outcomes"], 0, rep["proposed"]), Arm(e["off"]),
-                          reference=e["reference"], predicates={k: set(v) for k, v in e["predicates"].items()}))
+    assert rep.violations == 0 and rep.proposed > 0 and off.violations == 0
+    d_rep = decide(Config("LCP-1-rep", Arm(rep.outcomes, 0, rep.proposed), Arm(off.outcomes),
+                          reference=law["reference"], predicates=preds))
     assert d_rep.decision == NOT_REJECTED and d_rep.witnesses.count == 0
 
 
 def test_min_tokens_fails_through_the_bound(tmp_path):
     config = {**BASE, "id": "LCP-2", "processors": [{"name": "min_tokens", "min_tokens": 3}],
               "hypothesis": "H-D1-phys"}
-    e = run_config(config, draws=6000, campaign_seed=12, out_dir=tmp_path)
-    d = decide(Config("LCP-2", Arm(e["on"], e["violations"]["on"], e["exercise"]["proposed"]),
-                      Arm(e["off"], e["violations"]["off"]), reference=e["reference"],
-                      hypothesis=(e["hypothesis"]["id"], e["hypothesis"]["law"])))
+    c = lcp.config_from_dict(config)
+    law = laws(config, tmp_path)
+    on = lcp.collect(c, "on", 6000, 12, trace_path=str(tmp_path / "on.badc"))
+    off = lcp.collect(c, "off", 6000, 12)
+    d = decide(Config("LCP-2", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
+                      reference=law["reference"], hypothesis=(law["hypothesis"]["id"], law["hypothesis"]["law"])))
     assert d.decision == FAILS and d.witnesses.count == 0
     assert d.channel_s.D_returned > 0.01 and d.eligible and d.hypothesis.compatible
 

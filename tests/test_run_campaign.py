@@ -1,0 +1,154 @@
+"""`badc run` on llama_cpp configs from the main environment: workers under the build's interpreter,
+seal, report, plots, failure safety. Needs the llama_cpp-0.3.36 build (tools/setup_envs.py)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from badc_check.builds import load_builds
+from badc_check.campaign import CampaignError, load_campaign, run_campaign
+
+pytestmark = pytest.mark.skipif(not load_builds()["llama_cpp-0.3.36"].installed,
+                                reason="build llama_cpp-0.3.36 not set up (python3.11 tools/setup_envs.py)")
+
+CAMPAIGN = """
+[campaign]
+name = "t"
+alpha = 0.05
+threshold = 0.01
+draws = 1500
+seed = 5
+shard = 500
+
+[defaults]
+engine = "llama_cpp"
+build = "0.3.36"
+model = "tiny"
+max_new_tokens = 4
+drafter = {{ method = "prompt_lookup", num_pred_tokens = 4, max_ngram_size = 2 }}
+sampling = {{ temperature = 1.0 }}
+
+[[config]]
+id = "NEG"
+role = "negative-control"
+
+[[config]]
+id = "PAR"
+processors = [{{ name = "parity" }}]
+predicates = ["allowed_tokens"]
+hypothesis = "H-D1-phys"
+
+[[config]]
+id = "OTHER-ENGINE"
+engine = "{other}"
+build = "9.9"
+"""
+QUIET = dict(log=lambda m: None, plots=False)
+
+
+def _write(tmp_path, text, name="c.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def _arm_counts(out: Path, cid: str, arm: str) -> dict:
+    total: dict = {}
+    for f in sorted((out / "shards" / cid).glob(f"{arm}-*.json")):
+        for y, k in json.loads(f.read_text())["outcomes"].items():
+            total[y] = total.get(y, 0) + k
+    return total
+
+
+def test_run_writes_report_plots_and_refuses_changed_inputs(tmp_path):
+    path = _write(tmp_path, CAMPAIGN.format(other="vllm"))
+    out = tmp_path / "out"
+    report = run_campaign(load_campaign(path), out, workers=2, log=lambda m: None)
+    by_id = {c["id"]: c for c in report["configs"]}
+    assert by_id["NEG"]["decision"] == "NOT_REJECTED" and by_id["NEG"]["calibration"]["passed"] is True
+    assert by_id["PAR"]["decision"] == "FAILS" and by_id["PAR"]["witnesses"] > 0
+    assert by_id["PAR"]["contract"]["first_violation"]["kind"] == "D1"
+    assert by_id["PAR"]["draws"] == {"on": 1500, "off": 1500}
+    other = by_id["OTHER-ENGINE"]
+    assert other["decision"] == "INCONCLUSIVE" and "no campaign worker" in other["reasons"][0]
+    assert report["m"] == 3 and report["interrupted"] is False
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["seal"] == report["seal"] == json.loads((out / "seal.json").read_text())["seal"]
+    assert "| PAR | llama_cpp |" in (out / "report.md").read_text()
+    assert (out / "plots" / "PAR.png").read_bytes()[:4] == b"\x89PNG"
+    assert len(list((out / "traces" / "PAR").glob("on-*.badc"))) == 3
+    # Same inputs: every job's result is reused, nothing is drawn again.
+    again = run_campaign(load_campaign(path), out, workers=1, **QUIET)
+    assert again["jobs_reused"] == report["jobs_reused"] + 2 * (1 + 3 + 3)
+    assert [c["decision"] for c in again["configs"]] == [c["decision"] for c in report["configs"]]
+    # A changed input under the seal is refused, naming what changed.
+    changed = _write(tmp_path, CAMPAIGN.format(other="vllm").replace("threshold = 0.01", "threshold = 0.02"))
+    with pytest.raises(CampaignError, match="settings"):
+        run_campaign(load_campaign(changed), out, **QUIET)
+    edited = _write(tmp_path, CAMPAIGN.format(other="vllm").replace('id = "PAR"\n', 'id = "PAR"\nmax_new_tokens = 3\n'))
+    with pytest.raises(CampaignError, match="config PAR"):
+        run_campaign(load_campaign(edited), out, **QUIET)
+
+
+def _worker_pids(arm: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"badc_replay.worker" in cmd and arm.encode() in cmd:
+                pids.append(int(d.name))
+    return pids
+
+
+def test_killed_workers_and_an_interrupted_campaign_lose_nothing_and_count_nothing_twice(tmp_path):
+    text = CAMPAIGN.format(other="vllm").replace("draws = 1500", "draws = 3000")
+    path = _write(tmp_path, text)
+    reference = tmp_path / "reference"
+    run_campaign(load_campaign(path), reference, workers=2, **QUIET)
+
+    # 1. Kill worker processes mid-shard: the runner re-runs those shards with the same seeds.
+    killed_out = tmp_path / "killed"
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (run_campaign(load_campaign(path), killed_out, workers=2, **QUIET),
+                                              done.set()))
+    thread.start()
+    kills = 0
+    deadline = time.monotonic() + 120
+    while kills < 2 and time.monotonic() < deadline and not done.is_set():
+        for pid in _worker_pids("on"):
+            os.kill(pid, signal.SIGKILL)
+            kills += 1
+        time.sleep(0.05)
+    thread.join(300)
+    assert kills >= 1 and done.is_set()
+
+    # 2. Kill the whole campaign (runner and workers), then run the same command again.
+    interrupted = tmp_path / "interrupted"
+    cmd = [sys.executable, "-m", "badc_check.cli", "run", str(path), "--out", str(interrupted), "--no-plots"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list((interrupted / "shards").glob("*/on-*.json")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (interrupted / "RUNNING").exists() and not (interrupted / "report.json").exists()
+    resumed = run_campaign(load_campaign(path), interrupted, workers=2, **QUIET)
+    assert resumed["interrupted"] is True and resumed["jobs_reused"] > 0
+    assert "interrupted and completed" in (interrupted / "report.md").read_text()
+
+    for out in (killed_out, interrupted):
+        for cid in ("NEG", "PAR"):
+            for arm in ("on", "off"):
+                counts = _arm_counts(out, cid, arm)
+                assert sum(counts.values()) == 3000
+                assert counts == _arm_counts(reference, cid, arm)  # the sealed roster, draw for draw
