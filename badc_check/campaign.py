@@ -252,12 +252,24 @@ def _ray_task(cmd: list[str]) -> int:  # runs on a Ray worker; the folder must b
     return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
 
 
+def _run_inline(job: Job, out: Path, seed: int) -> int:
+    """In this process, with this interpreter's engine (the pytest plugin's way)."""
+    from badc_replay import worker
+
+    if job.kind == "laws":
+        worker.laws(job.config, out)
+    else:
+        worker.shard(job.config, job.arm, job.start, job.count, seed, out, level=job.level, repair=job.repair)
+    return 0
+
+
 class Executor:
-    """Runs jobs with K local worker processes, or as Ray tasks (`executor="ray"`)."""
+    """Runs jobs with K local worker processes, as Ray tasks (`executor="ray"`), or in this process
+    (`executor="inline"`, with the engine of the running interpreter)."""
 
     def __init__(self, kind: str, workers: int, progress: Progress, log: Callable[[str], None]):
-        if kind not in ("local", "ray"):
-            raise CampaignError(f"executor must be local or ray, not {kind!r}")
+        if kind not in ("local", "ray", "inline"):
+            raise CampaignError(f"executor must be local, ray or inline, not {kind!r}")
         self.kind, self.workers, self.progress, self.log = kind, max(1, workers), progress, log
         if kind == "ray":
             try:
@@ -269,7 +281,14 @@ class Executor:
                     "RAY_ADDRESS") else self.workers, include_dashboard=False, log_to_driver=False)
             self._remote = ray.remote(num_cpus=1)(_ray_task)
 
-    def run(self, jobs: list[tuple[Job, list[str]]]) -> list[int]:
+    def run(self, jobs: list[tuple[Job, list[str]]], out: Path | None = None, seed: int = 0) -> list[int]:
+        if self.kind == "inline":
+            codes = []
+            for job, _ in jobs:
+                codes.append(_run_inline(job, out, seed))
+                if job.kind == "shard":
+                    self.progress.update(job.cid, job.arm, job.start, job.count, final=True)
+            return codes
         if self.kind == "ray":
             import ray
 
@@ -391,7 +410,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             results[c["id"]] = _inconclusive(c, f"no campaign worker for engine {c['engine']!r} yet")
             continue
         try:
-            pythons[c["id"]] = str(build_for(c["engine"], c["build"]).python)
+            inline = executor == "inline"
+            pythons[c["id"]] = sys.executable if inline else str(build_for(c["engine"], c["build"]).python)
         except LookupError as e:
             results[c["id"]] = _inconclusive(c, str(e))
             continue
@@ -416,7 +436,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                 break
             if attempt:
                 log(f"retrying {len(todo)} failed {phase} job(s) (attempt {attempt + 1})")
-            ex.run(todo)
+            ex.run(todo, out, campaign.seed)
     m = len(campaign.configs)
     for cid, jobs in plans.items():
         config = jobs[0].config

@@ -70,6 +70,18 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 1 if res.violations else 0
 
 
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from badc_replay.diff import markdown
+    from badc_trace.format import TraceFormatError
+
+    try:
+        print(markdown(args.a, args.b), end="")
+    except (TraceFormatError, OSError) as e:
+        print(f"badc diff: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _cmd_models(args: argparse.Namespace) -> int:
     from badc_check.models_cmd import run
 
@@ -111,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true")
     rp.add_argument("--limit", type=int, default=5, help="requests to show (default 5)")
     rp.set_defaults(func=_cmd_replay)
+    df = sub.add_parser("diff", help="the first divergence of two traces, as Markdown for a bug report",
+                        description="Match requests by id (draw index) and print the first call that differs, "
+                                    "e.g. the faulty arm against the repaired arm of one configuration.")
+    df.add_argument("a", metavar="TRACE_A")
+    df.add_argument("b", metavar="TRACE_B")
+    df.set_defaults(func=_cmd_diff)
     mo = sub.add_parser("models", help="show each installed build's tiny model and its first-step law",
                         description="For every installed engine build, load the embedded tiny model in "
                                     "the real engine and print its exact next-token law after the prompt.")

@@ -152,3 +152,18 @@ def test_killed_workers_and_an_interrupted_campaign_lose_nothing_and_count_nothi
                 counts = _arm_counts(out, cid, arm)
                 assert sum(counts.values()) == 3000
                 assert counts == _arm_counts(reference, cid, arm)  # the sealed roster, draw for draw
+
+
+def test_ray_executor_on_a_local_cluster_gives_the_same_draws(tmp_path):
+    ray = pytest.importorskip("ray")
+    path = _write(tmp_path, CAMPAIGN.format(other="vllm").replace("draws = 1500", "draws = 1000"))
+    local = tmp_path / "local"
+    run_campaign(load_campaign(path), local, workers=2, **QUIET)
+    try:
+        report = run_campaign(load_campaign(path), tmp_path / "ray", workers=2, executor="ray", **QUIET)
+    finally:
+        ray.shutdown()
+    assert [c["decision"] for c in report["configs"]] == ["NOT_REJECTED", "FAILS", "INCONCLUSIVE"]
+    for cid in ("NEG", "PAR"):
+        for arm in ("on", "off"):
+            assert _arm_counts(tmp_path / "ray", cid, arm) == _arm_counts(local, cid, arm)

@@ -591,9 +591,10 @@ def check_records(trace_path: str, oracle: LogitOracle) -> dict[str, Any]:
 
 def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
             level: str = "calls", repair: str | None = None, start: int = 0,
-            progress: Callable[[int], None] | None = None) -> ArmResult:
+            progress: Callable[[int], None] | None = None, seed_arm: str | None = None) -> ArmResult:
     """Draws `start .. start + draws - 1` of one arm (`on`, `off` or `repaired`), probed and traced;
-    the trace is replayed against the contract when written at level calls or full."""
+    the trace is replayed against the contract when written at level calls or full. `seed_arm` draws
+    with another arm's seeds (a repaired arm on the on-arm's seeds, for `badc diff`)."""
     import itertools
     from collections import Counter
 
@@ -619,7 +620,7 @@ def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace
             load_intervention(repair).apply(h.llm)
         outcomes: Counter[str] = Counter()
         for i in range(start, start + draws):
-            outcomes[h.draw(draw_seed(campaign_seed, cfg.id, arm, i))] += 1
+            outcomes[h.draw(draw_seed(campaign_seed, cfg.id, seed_arm or arm, i))] += 1
             if progress is not None and (i - start + 1) % 1000 == 0:
                 progress(i - start + 1)
     finally:

@@ -1,0 +1,81 @@
+"""pytest plugin (entry point `pytest11: badc`): conformance checks in an engine's own test suite.
+
+    import pytest
+
+    @pytest.mark.badc_campaign("tests/spec_decoding.toml", draws=4000)
+    def test_speculative_decoding_is_lossless():
+        pass            # fails if any configuration of the campaign FAILS
+
+    def test_min_tokens(badc):
+        report = badc.run("tests/min_tokens.toml", draws=4000)   # fails the test on any FAILS
+        assert report["configs"][0]["calibration"]["passed"]
+
+Campaigns run in this process with the engine importable here (no per-build environments needed);
+reports go to pytest's temporary folder. NOT_REJECTED passes the test: it is not a proof of conformance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FAILS = "FAILS"
+
+
+class BadcFixture:
+    def __init__(self, tmp_path: Path):
+        self.tmp_path = tmp_path
+        self.reports: list[dict[str, Any]] = []
+
+    def run(self, campaign: str | Path, *, draws: int | None = None, fail_on: tuple[str, ...] = (FAILS,),
+            plots: bool = False) -> dict[str, Any]:
+        """Run a campaign file here; fail the calling test when a config's decision is in `fail_on`."""
+        # Imported here: the plugin loads in every pytest session of an environment with badc installed.
+        from badc_check.campaign import CampaignError, load_campaign, run_campaign
+
+        try:
+            camp = load_campaign(campaign, draws=draws)
+        except CampaignError as e:
+            pytest.fail(f"badc: {e}", pytrace=False)
+        out = self.tmp_path / f"badc-{camp.name}-{len(self.reports)}"
+        report = run_campaign(camp, out, executor="inline", log=lambda m: None, plots=plots)
+        self.reports.append(report)
+        bad = [c for c in report["configs"] if c["decision"] in fail_on]
+        if bad:
+            lines = [f"badc: {len(bad)} configuration(s) of {camp.name} {'/'.join(fail_on)} (report: {out})"]
+            for c in bad:
+                lines.append(f"  {c['id']} ({c['engine']} {c['build']}): {c['decision']}; " + "; ".join(c["reasons"]))
+                first = (c.get("contract") or {}).get("first_violation")
+                if first:
+                    lines.append(f"    first contract violation: {first['message']}")
+            pytest.fail("\n".join(lines), pytrace=False)
+        return report
+
+
+@pytest.fixture
+def badc(tmp_path: Path) -> BadcFixture:
+    return BadcFixture(tmp_path)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "badc_campaign(path, draws=None): run a badc campaign for this test and "
+                                       "fail it if any configuration FAILS")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:  # a marked test gets the fixture, so the campaign has a temporary folder
+        if item.get_closest_marker("badc_campaign") is not None and "badc" not in getattr(item, "fixturenames", ()):
+            item.fixturenames.append("badc")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("badc_campaign")
+    if marker is None:
+        return
+    path = Path(marker.args[0])
+    if not path.is_absolute():
+        path = Path(item.config.rootpath) / path
+    item.funcargs["badc"].run(path, draws=marker.kwargs.get("draws"))

@@ -1,0 +1,91 @@
+"""The first divergence of two traces, as Markdown for an upstream bug report.
+
+Requests are matched by id (a draw index in campaign traces, so the same seed on both sides) and
+compared record by record on the fields that say what a call saw and did; state digests and scores
+are compared too. Typical use: the faulty arm against the repaired arm of the same configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from badc_replay.contract import _requests
+from badc_trace.format import read_trace
+
+IGNORED = {"req", "created", "elapsed"}
+
+
+@dataclass(frozen=True)
+class Divergence:
+    request: int
+    record: int
+    kind: str
+    a: dict[str, Any] | None
+    b: dict[str, Any] | None
+    fields: list[str]
+    identical_before: int  # records identical before this one
+
+
+def _differs(x: Any, y: Any) -> bool:
+    if isinstance(x, bytes) and isinstance(y, bytes) and len(x) == len(y) and len(x) % 4 == 0:
+        return not np.array_equal(np.frombuffer(x, np.float32), np.frombuffer(y, np.float32))
+    return x != y
+
+
+def first_divergence(path_a: str, path_b: str) -> tuple[dict[str, Any], dict[str, Any], Divergence | None]:
+    ra, rb = read_trace(path_a, allow_torn_tail=True), read_trace(path_b, allow_torn_tail=True)
+    same = 0
+    ia, ib = _requests(ra), _requests(rb)
+    for (qa, recs_a), (qb, recs_b) in zip(ia, ib, strict=False):
+        if qa != qb:
+            return ra.header, rb.header, Divergence(min(qa, qb), 0, "request", None, None, ["request id"], same)
+        for i in range(max(len(recs_a), len(recs_b))):
+            a = recs_a[i] if i < len(recs_a) else None
+            b = recs_b[i] if i < len(recs_b) else None
+            if a is None or b is None or a["type"] != b["type"]:
+                return ra.header, rb.header, Divergence(qa, i, (a or b)["type"], a, b, ["type"], same)
+            fields = sorted(k for k in set(a) | set(b) if k not in IGNORED and _differs(a.get(k), b.get(k)))
+            if fields:
+                return ra.header, rb.header, Divergence(qa, i, a["type"], a, b, fields, same)
+            same += 1
+    return ra.header, rb.header, None
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, bytes):
+        arr = np.frombuffer(v, np.float32) if len(v) % 4 == 0 else v
+        return f"float32[{len(arr)}] {np.array2string(arr, precision=3, max_line_width=200)}" if len(v) % 4 == 0 \
+            else f"{len(v)} bytes"
+    if isinstance(v, list) and len(v) > 24:
+        return f"{v[:8]} ... {v[-12:]} ({len(v)} items)"
+    return repr(v)
+
+
+def markdown(path_a: str, path_b: str) -> str:
+    ha, hb, d = first_divergence(path_a, path_b)
+
+    def who(h: dict[str, Any], p: str) -> str:
+        cfg = h.get("config", {})
+        return f"`{p}`: {h['engine']} {h['build']}, config `{cfg.get('id', '-')}`, arm `{cfg.get('arm', '-')}`"
+
+    lines = ["### badc diff: first divergence", "", f"- **A** {who(ha, path_a)}", f"- **B** {who(hb, path_b)}", ""]
+    if d is None:
+        lines.append("No divergence: every request and call recorded in both traces is identical.")
+        return "\n".join(lines) + "\n"
+    lines.append(f"Request **{d.request}** (draw index; same seed on both sides), record {d.record}: "
+                 f"`{d.kind}` differs in {', '.join(f'`{f}`' for f in d.fields)}. "
+                 f"The {d.identical_before} records before it are identical.")
+    lines += ["", "| field | A | B |", "|---|---|---|"]
+    keys = [k for k in sorted(set(d.a or {}) | set(d.b or {})) if k not in IGNORED]
+    for k in keys:
+        va, vb = (d.a or {}).get(k), (d.b or {}).get(k)
+        mark = " **≠**" if k in d.fields else ""
+        lines.append(f"| {k}{mark} | {_show(va)} | {_show(vb)} |")
+    if d.kind == "processor" and d.a and d.b:
+        n = d.a.get("logical_len")
+        lines += ["", f"Logical prefix of the position: {d.a['ids'][:n]} ({n} ids). "
+                  f"A saw {len(d.a['ids'])} ids, B saw {len(d.b['ids'])}."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,99 @@
+"""`badc-trace [--out FILE] [--level counts|calls|full] -- python script.py ...`
+
+Runs any program with every supported engine instrumented from import time on: the program is
+unmodified; a sitecustomize on PYTHONPATH registers post-import hooks that install the probes when
+an engine module is first imported. Each process writes its own trace: the first one FILE, any
+other FILE with its process id before the suffix. Replay it with `badc replay FILE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HOOKS = {"llama_cpp.llama": ("badc_trace.engines.llama_cpp", "LlamaCppInstrumentor")}
+_SITE = Path(__file__).with_name("autoinstrument")
+
+
+def _claim(path: str) -> str:
+    """FILE for the first process that asks, FILE with the pid inserted for the others."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return path
+    except FileExistsError:
+        stem, dot, suffix = path.rpartition(".")
+        return f"{stem}.{os.getpid()}.{suffix}" if dot else f"{path}.{os.getpid()}"
+
+
+def activate() -> None:
+    """Register the post-import hooks (called from the sitecustomize in each traced process)."""
+    import importlib
+    import importlib.metadata
+
+    import wrapt
+
+    from badc_trace.format import TraceWriter
+    from badc_trace.instrument import TraceSink
+
+    out, level = os.environ["BADC_TRACE_OUT"], os.environ.get("BADC_TRACE_LEVEL", "calls")
+
+    def hook_for(module_name: str, cls_name: str, package: str):
+        def install(_module: object) -> None:
+            instrumentor = getattr(importlib.import_module(module_name), cls_name)()
+            if instrumentor.is_instrumented:
+                return
+            engine = module_name.rsplit(".", 1)[1]
+            writer = TraceWriter(_claim(out), engine=engine, build=importlib.metadata.version(package),
+                                 config={"argv": sys.argv, "pid": os.getpid()}, seal="")
+            sink = TraceSink(writer, level)
+            instrumentor.instrument(sink)
+
+            def close() -> None:
+                instrumentor.uninstrument()
+                sink.close()
+
+            atexit.register(close)
+
+        return install
+
+    packages = {"badc_trace.engines.llama_cpp": "llama-cpp-python"}
+    for target, (module_name, cls_name) in HOOKS.items():
+        wrapt.register_post_import_hook(hook_for(module_name, cls_name, packages[module_name]), target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--" not in argv:
+        print("usage: badc-trace [--out FILE] [--level counts|calls|full] -- COMMAND ...", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    ap = argparse.ArgumentParser(prog="badc-trace", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="badc-trace.badc", help="trace file (default badc-trace.badc)")
+    ap.add_argument("--level", default="calls", choices=("counts", "calls", "full"))
+    args = ap.parse_args(argv[:split])
+    command = argv[split + 1:]
+    if not command:
+        print("badc-trace: no command after --", file=sys.stderr)
+        return 2
+    out = os.path.abspath(args.out)
+    if os.path.exists(out):
+        os.remove(out)  # a new run, a new trace
+    env = dict(os.environ, BADC_TRACE_OUT=out, BADC_TRACE_LEVEL=args.level,
+               PYTHONPATH=os.pathsep.join(p for p in (str(_SITE), os.environ.get("PYTHONPATH", "")) if p))
+    try:
+        code = subprocess.call(command, env=env)
+    except FileNotFoundError:
+        print(f"badc-trace: command not found: {command[0]}", file=sys.stderr)
+        return 127
+    traces = sorted(p for p in Path(out).parent.glob(Path(out).stem + "*") if p.suffix == Path(out).suffix)
+    print(f"badc-trace: exit {code}; traces: {', '.join(str(t) for t in traces) or 'none (no engine imported)'}",
+          file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The pytest plugin in an engine's own test suite: a marked test fails on FAILS, passes otherwise."""
+
+import subprocess
+import sys
+import textwrap
+
+CAMPAIGN = textwrap.dedent("""
+    [campaign]
+    name = "{name}"
+    draws = 1000
+    seed = 3
+    shard = 1000
+    [[config]]
+    id = "{cid}"
+    engine = "llama_cpp"
+    build = "0.3.36"
+    drafter = {{ method = "prompt_lookup", num_pred_tokens = 4, max_ngram_size = 2 }}
+    sampling = {{ temperature = 1.0 }}
+    {extra}
+""")
+TESTS = textwrap.dedent("""
+    import pytest
+
+    @pytest.mark.badc_campaign("neg.toml")
+    def test_negative_control_passes():
+        pass
+
+    @pytest.mark.badc_campaign("par.toml")
+    def test_parity_fails():
+        pass
+
+    def test_fixture(badc):
+        report = badc.run("neg.toml", draws=500)
+        assert report["configs"][0]["decision"] == "NOT_REJECTED"
+""")
+
+
+def test_plugin_marker_and_fixture(tmp_path):
+    (tmp_path / "neg.toml").write_text(CAMPAIGN.format(name="neg", cid="N", extra='role = "negative-control"'))
+    (tmp_path / "par.toml").write_text(CAMPAIGN.format(name="par", cid="P", extra='processors = [{ name = "parity" }]'))
+    (tmp_path / "test_engine.py").write_text(TESTS)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_engine.py"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    out = proc.stdout
+    assert proc.returncode == 1 and "1 failed, 2 passed" in out, out[-3000:]
+    assert "test_parity_fails" in out and "FAILS" in out and "unverified drafts" in out

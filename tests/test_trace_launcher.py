@@ -1,0 +1,62 @@
+"""badc-trace on an unmodified program, and badc diff on faulty against repaired traces."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from badc_check.builds import load_builds
+from badc_check.cli import main
+
+BUILD = load_builds()["llama_cpp-0.3.36"]
+pytestmark = pytest.mark.skipif(not BUILD.installed, reason="build llama_cpp-0.3.36 not set up")
+
+SCRIPT = textwrap.dedent("""
+    from llama_cpp.llama import LogitsProcessorList, MinTokensLogitsProcessor
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+    from badc_trace.tiny import llama_cpp as tiny
+    llm = tiny.load(3, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=4, max_ngram_size=2))
+    for seed in range(40):
+        llm.create_completion("abcdabcdab", max_tokens=4, seed=seed, temperature=1.0,
+                              logits_processor=LogitsProcessorList([MinTokensLogitsProcessor(3, llm.token_eos())]))
+    print("script done")
+""")
+
+
+def test_badc_trace_instruments_an_unmodified_program(tmp_path, capsys):
+    script = tmp_path / "user.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "user.badc"
+    proc = subprocess.run([sys.executable, "-m", "badc_trace.launcher", "--out", str(out), "--",
+                           str(BUILD.python), str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "script done" in proc.stdout, proc.stderr[-2000:]
+    assert main(["replay", str(out), "--json"]) == 1
+    import json
+
+    res = json.loads(capsys.readouterr().out)
+    assert res["requests"] == 40 and res["violations"] > 0 and res["first_violation"]["kind"] == "D1"
+
+
+def test_badc_trace_usage_errors():
+    proc = subprocess.run([sys.executable, "-m", "badc_trace.launcher", "python"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_diff_names_the_first_diverging_call(tmp_path, capsys):
+    code = textwrap.dedent(f"""
+        from badc_replay.engines.llama_cpp import LlamaConfig, collect
+        c = LlamaConfig.from_dict({{
+            "id": "LCP-2", "processors": [{{"name": "min_tokens", "min_tokens": 3}}], "sampling": {{"temperature": 1.0}},
+            "drafter": {{"method": "prompt_lookup", "num_pred_tokens": 4, "max_ngram_size": 2}}}})
+        collect(c, "on", 100, 1, trace_path={str(tmp_path / 'on.badc')!r})
+        collect(c, "repaired", 100, 1, trace_path={str(tmp_path / 'rep.badc')!r}, repair="llama_cpp/logical-prefix",
+                seed_arm="on")
+    """)
+    subprocess.run([str(BUILD.python), "-c", code], check=True, capture_output=True)
+    assert main(["diff", str(tmp_path / "on.badc"), str(tmp_path / "rep.badc")]) == 0
+    md = capsys.readouterr().out
+    assert "### badc diff: first divergence" in md and "`processor` differs in `ids`" in md
+    assert "| ids **≠** |" in md and "Logical prefix of the position" in md
+    assert main(["diff", str(tmp_path / "on.badc"), str(tmp_path / "on.badc")]) == 0
+    assert "No divergence" in capsys.readouterr().out
