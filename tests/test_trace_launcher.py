@@ -48,7 +48,8 @@ def test_diff_names_the_first_diverging_call(tmp_path, capsys):
         from badc_replay.engines.llama_cpp import LlamaConfig, collect
         c = LlamaConfig.from_dict({{
             "id": "LCP-2", "processors": [{{"name": "min_tokens", "min_tokens": 3}}],
-            "sampling": {{"temperature": 1.0}}, "drafter": {{"method": "prompt_lookup", "num_pred_tokens": 4, "max_ngram_size": 2}}}})
+            "sampling": {{"temperature": 1.0}},
+            "drafter": {{"method": "prompt_lookup", "num_pred_tokens": 4, "max_ngram_size": 2}}}})
         collect(c, "on", 100, 1, trace_path={str(tmp_path / 'on.badc')!r})
         collect(c, "repaired", 100, 1, trace_path={str(tmp_path / 'rep.badc')!r}, repair="llama_cpp/logical-prefix",
                 seed_arm="on")
