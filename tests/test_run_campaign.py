@@ -156,7 +156,7 @@ def test_killed_workers_and_an_interrupted_campaign_lose_nothing_and_count_nothi
 
 def test_ray_executor_on_a_local_cluster_gives_the_same_draws(tmp_path):
     ray = pytest.importorskip("ray")
-    path = _write(tmp_path, CAMPAIGN.format(other="vllm").replace("draws = 1500", "draws = 1000"))
+    path = _write(tmp_path, CAMPAIGN.format(other="vllm").replace("draws = 1500", "draws = 500"))
     local = tmp_path / "local"
     run_campaign(load_campaign(path), local, workers=2, **QUIET)
     try:

@@ -265,24 +265,10 @@ class Harness:
     def _wrap_generate(self) -> None:
         # Records the ids generate() yields on this instance only (no global patching): the returned
         # ids of create_completion are a prefix of them (usage.completion_tokens).
+        from badc_trace.engines.llama_cpp import tracked
+
         original = self.llm.generate
-        harness = self
-
-        def generate(*args: Any, **kwargs: Any):
-            harness.yielded = []
-            harness.generator_returned = False
-            harness.in_generate = True
-            gen = original(*args, **kwargs)
-            try:
-                for tok in gen:
-                    harness.yielded.append(int(tok))
-                    yield tok
-                harness.generator_returned = True
-            finally:
-                harness.in_generate = False
-                gen.close()
-
-        self.llm.generate = generate
+        self.llm.generate = lambda *args, **kwargs: tracked(self, original(*args, **kwargs))
 
     def call(self, seed: int, wrap_stop: Callable[[Callable], Callable] | None = None) -> str:
         """One draw with fresh processors and stopping criteria; returns the outcome string."""

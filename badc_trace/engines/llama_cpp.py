@@ -34,6 +34,22 @@ from badc_trace.instrument import BaseInstrumentor, TraceSink, state_digest
 from badc_trace.outcomes import format_outcome
 
 
+def tracked(state: Any, gen: Any):
+    """Yield from a generate() iterator, recording into `state` the ids it yielded, whether it returned
+    by itself (a stopping criterion ended it) or was abandoned by the caller, and whether it runs."""
+    state.yielded = []
+    state.generator_returned = False
+    state.in_generate = True
+    try:
+        for tok in gen:
+            state.yielded.append(int(tok))
+            yield tok
+        state.generator_returned = True
+    finally:
+        state.in_generate = False
+        gen.close()
+
+
 class _Request:
     def __init__(self, rid: int, api: str):
         self.id = rid
@@ -141,17 +157,9 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         return self._generate_iter(req, own, wrapped(**arguments))
 
     def _generate_iter(self, req: _Request, own: bool, gen: Any):
-        req.yielded = []
-        req.generator_returned = False
-        req.in_generate = True
         try:
-            for tok in gen:
-                req.yielded.append(int(tok))
-                yield tok
-            req.generator_returned = True
+            yield from tracked(req, gen)
         finally:
-            req.in_generate = False
-            gen.close()
             if own:
                 self._finish(req, req.yielded, "returned" if req.generator_returned else "abandoned", {})
 
