@@ -156,8 +156,8 @@ class Job:
             return out / "laws" / f"{self.cid}.json"
         return out / "shards" / self.cid / f"{self.arm}-{self.start}.json"
 
-    def command(self, python: str, cfg_path: Path, out: Path, seed: int) -> list[str]:
-        cmd = [python, "-m", "badc_replay.worker", str(cfg_path), "--out", str(out)]
+    def command(self, python: str, cfg_path: Path, out: Path, seed: int, seal: str = "") -> list[str]:
+        cmd = [python, "-m", "badc_replay.worker", str(cfg_path), "--out", str(out), "--seal", seal]
         if self.kind == "laws":
             return cmd + ["--laws"]
         cmd += ["--arm", self.arm, "--start", str(self.start), "--count", str(self.count), "--seed", str(seed),
@@ -252,14 +252,15 @@ def _ray_task(cmd: list[str]) -> int:  # runs on a Ray worker; the folder must b
     return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
 
 
-def _run_inline(job: Job, out: Path, seed: int) -> int:
+def _run_inline(job: Job, out: Path, seed: int, seal: str) -> int:
     """In this process, with this interpreter's engine (the pytest plugin's way)."""
     from badc_replay import worker
 
     if job.kind == "laws":
         worker.laws(job.config, out)
     else:
-        worker.shard(job.config, job.arm, job.start, job.count, seed, out, level=job.level, repair=job.repair)
+        worker.shard(job.config, job.arm, job.start, job.count, seed, out, level=job.level, repair=job.repair,
+                     seal=seal)
     return 0
 
 
@@ -281,11 +282,12 @@ class Executor:
                     "RAY_ADDRESS") else self.workers, include_dashboard=False, log_to_driver=False)
             self._remote = ray.remote(num_cpus=1)(_ray_task)
 
-    def run(self, jobs: list[tuple[Job, list[str]]], out: Path | None = None, seed: int = 0) -> list[int]:
+    def run(self, jobs: list[tuple[Job, list[str]]], out: Path | None = None, seed: int = 0,
+            seal: str = "") -> list[int]:
         if self.kind == "inline":
             codes = []
             for job, _ in jobs:
-                codes.append(_run_inline(job, out, seed))
+                codes.append(_run_inline(job, out, seed, seal))
                 if job.kind == "shard":
                     self.progress.update(job.cid, job.arm, job.start, job.count, final=True)
             return codes
@@ -430,13 +432,13 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     # Laws first (a config without its laws cannot be decided), then every shard, retried on failure.
     for phase in ("laws", "shard"):
         for attempt in range(RETRIES + 1):
-            todo = [(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed))
+            todo = [(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed, seal["seal"]))
                     for jobs in plans.values() for j in jobs if j.kind == phase and not j.output(out).exists()]
             if not todo:
                 break
             if attempt:
                 log(f"retrying {len(todo)} failed {phase} job(s) (attempt {attempt + 1})")
-            ex.run(todo, out, campaign.seed)
+            ex.run(todo, out, campaign.seed, seal["seal"])
     m = len(campaign.configs)
     for cid, jobs in plans.items():
         config = jobs[0].config

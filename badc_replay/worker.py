@@ -64,7 +64,7 @@ def laws(config: dict[str, Any], out: Path) -> dict[str, Any]:
 
 
 def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, out: Path, *,
-          level: str = "calls", repair: str | None = None, progress: Any = None) -> dict[str, Any]:
+          level: str = "calls", repair: str | None = None, progress: Any = None, seal: str = "") -> dict[str, Any]:
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {', '.join(ARMS)}")
     mod = engine_module(config)
@@ -73,7 +73,7 @@ def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, o
     trace.parent.mkdir(parents=True, exist_ok=True)
     t = time.monotonic()
     res = mod.collect(cfg, arm, count, seed, trace_path=str(trace), level=level, repair=repair, start=start,
-                      progress=progress)
+                      progress=progress, seal=seal)
     result = {"id": cfg.id, "arm": arm, "start": start, "count": count, "outcomes": res.outcomes,
               "proposed": res.proposed, "accepted": res.accepted, "violations": res.violations,
               "contract": res.contract, "records": res.records, "counters": res.counters,
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--level", default="calls", choices=("counts", "calls", "full"))
     ap.add_argument("--repair", default=None)
+    ap.add_argument("--seal", default="", help="the campaign seal, written into each trace header")
     args = ap.parse_args(argv)
     config = json.loads(Path(args.config).read_text())
     out = Path(args.out)
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"progress {args.arm} {done}/{args.count}", file=sys.stderr, flush=True)
 
             shard(config, args.arm, args.start, args.count, args.seed, out, level=args.level, repair=args.repair,
-                  progress=progress)
+                  progress=progress, seal=args.seal)
     except NotImplementedError as e:
         print(f"worker: {e}", file=sys.stderr)
         return 3

@@ -84,6 +84,9 @@ def test_run_writes_report_plots_and_refuses_changed_inputs(tmp_path):
     assert "| PAR | llama_cpp |" in (out / "report.md").read_text()
     assert (out / "plots" / "PAR.png").read_bytes()[:4] == b"\x89PNG"
     assert len(list((out / "traces" / "PAR").glob("on-*.badc"))) == 3
+    from badc_trace.format import read_trace
+
+    assert read_trace(out / "traces" / "PAR" / "on-500.badc").header["seal"] == report["seal"]
     # Same inputs: every job's result is reused, nothing is drawn again.
     again = run_campaign(load_campaign(path), out, workers=1, **QUIET)
     assert again["jobs_reused"] == report["jobs_reused"] + 2 * (1 + 3 + 3)

@@ -577,7 +577,7 @@ def check_records(trace_path: str, oracle: LogitOracle) -> dict[str, Any]:
 
 def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
             level: str = "calls", repair: str | None = None, start: int = 0,
-            progress: Callable[[int], None] | None = None, seed_arm: str | None = None) -> ArmResult:
+            progress: Callable[[int], None] | None = None, seed_arm: str | None = None, seal: str = "") -> ArmResult:
     """Draws `start .. start + draws - 1` of one arm (`on`, `off` or `repaired`), probed and traced;
     the trace is replayed against the contract when written at level calls or full. `seed_arm` draws
     with another arm's seeds (a repaired arm on the on-arm's seeds, for `badc diff`)."""
@@ -593,7 +593,7 @@ def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace
 
     writer = None
     if trace_path is not None:
-        writer = TraceWriter(trace_path, engine="llama_cpp", build=engine_version(), seal="",
+        writer = TraceWriter(trace_path, engine="llama_cpp", build=engine_version(), seal=seal,
                              config={"id": cfg.id, "arm": arm, "processors": cfg.processors,
                                      "stopping": cfg.stopping})
     sink = TraceSink(writer, level if writer else "counts")
