@@ -213,9 +213,7 @@ class LlamaConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LlamaConfig:
-        known = {f for f in cls.__dataclass_fields__}
-        extra = {k: v for k, v in d.items() if k in known}
-        cfg = cls(**extra)
+        cfg = cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
         bad = set(cfg.sampling) - SUPPORTED_SAMPLING
         if bad:
             raise ValueError(f"config {cfg.id}: sampling keywords not mirrored for llama_cpp: {sorted(bad)}")
@@ -229,17 +227,26 @@ class LlamaConfig:
         return p
 
 
+def load_llama(cfg: LlamaConfig, **kwargs: Any) -> Any:
+    """A Llama on the config's model: the embedded tiny model ("tiny", "tiny:SEED") or a GGUF path."""
+    from badc_trace.tiny import llama_cpp as tiny
+    from badc_trace.tiny import parse_model_spec
+
+    seed = parse_model_spec("llama_cpp", cfg.model)
+    if seed is not None:
+        return tiny.load(seed, **kwargs)
+    from llama_cpp import Llama
+
+    return Llama(model_path=cfg.model, n_ctx=256, n_threads=1, n_threads_batch=1, verbose=False, **kwargs)
+
+
 class Harness:
     """Runs one configuration on one Llama instance and returns outcome strings."""
 
     def __init__(self, cfg: LlamaConfig, speculative: bool):
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-        from badc_trace.tiny import llama_cpp as tiny
-        from badc_trace.tiny import parse_model_spec
-
         self.cfg = cfg
-        seed = parse_model_spec("llama_cpp", cfg.model)
         draft = None
         if speculative:
             if cfg.drafter.get("method") != "prompt_lookup":
@@ -247,14 +254,7 @@ class Harness:
             draft = LlamaPromptLookupDecoding(num_pred_tokens=int(cfg.drafter.get("num_pred_tokens", 10)),
                                               max_ngram_size=int(cfg.drafter.get("max_ngram_size", 2)))
         # logprobs need logits_all (create_completion refuses otherwise); a draft model forces it anyway.
-        logits_all = cfg.sampling.get("logprobs") is not None
-        if seed is not None:
-            self.llm = tiny.load(seed, draft_model=draft, logits_all=logits_all)
-        else:
-            from llama_cpp import Llama
-
-            self.llm = Llama(model_path=cfg.model, n_threads=1, n_threads_batch=1, verbose=False, draft_model=draft,
-                             logits_all=logits_all)
+        self.llm = load_llama(cfg, draft_model=draft, logits_all=cfg.sampling.get("logprobs") is not None)
         self.prompt_tokens = (list(cfg.prompt) if isinstance(cfg.prompt, list)
                               else self.llm.tokenize(cfg.prompt.encode(), add_bos=False, special=False))
         self.yielded: list[int] = []
@@ -353,16 +353,7 @@ class LogitOracle:
     enumerations differ only where the schedule differs, not by batch-size rounding."""
 
     def __init__(self, harness: Harness):
-        from badc_trace.tiny import llama_cpp as tiny
-        from badc_trace.tiny import parse_model_spec
-
-        seed = parse_model_spec("llama_cpp", harness.cfg.model)
-        if seed is not None:
-            self.llm = tiny.load(seed)
-        else:
-            from llama_cpp import Llama
-
-            self.llm = Llama(model_path=harness.cfg.model, n_threads=1, n_threads_batch=1, verbose=False)
+        self.llm = load_llama(harness.cfg)
         self.prompt = list(harness.prompt_tokens)
         self.n_vocab = self.llm.n_vocab()
         self._cache: dict[tuple[int, ...], np.ndarray] = {}
@@ -671,6 +662,7 @@ def predicate(name: str, cfg: LlamaConfig) -> Callable[[str], bool]:
     from badc_trace.outcomes import parse_outcome
 
     if name == "allowed_tokens":
-        n_prompt = len(cfg.prompt) if isinstance(cfg.prompt, list) else len(cfg.prompt)  # 1 token a character
+        # Absolute positions: a prompt given as text is one token per character on the tiny model.
+        n_prompt = len(cfg.prompt)
         return lambda y: parity_violations(parse_outcome(y).tokens, n_prompt)
     raise ValueError(f"config {cfg.id}: unknown predicate {name!r} (known: allowed_tokens)")
