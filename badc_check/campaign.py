@@ -440,6 +440,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                 log(f"retrying {len(todo)} failed {phase} job(s) (attempt {attempt + 1})")
             ex.run(todo, out, campaign.seed, seal["seal"])
     m = len(campaign.configs)
+    decided: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}  # laws and merged arms
     for cid, jobs in plans.items():
         config = jobs[0].config
         missing = [j for j in jobs if not j.output(out).exists()]
@@ -448,12 +449,13 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                                                  f"(first: {missing[0].kind} {missing[0].arm} {missing[0].start})")
             continue
         laws = json.loads(jobs[0].output(out).read_text())
-        if config.get("predicates"):
-            laws["predicates"] = _predicate_sets(config, laws, jobs, out)
         arms: dict[str, list[dict[str, Any]]] = {}
         for j in jobs[1:]:
             arms.setdefault(j.arm, []).append(json.loads(j.output(out).read_text()))
         merged = {arm: merge_shards(s) for arm, s in arms.items()}
+        decided[cid] = (laws, merged)
+        if config.get("predicates"):
+            laws["predicates"] = _predicate_sets(config, laws, merged)
         d = decide_config(config, laws, merged, campaign, m)
         results[cid] = {**d.to_dict(), "simulator_check": laws.get("simulator_check"),
                         "records_detail": {arm: merged[arm]["records"] for arm in ("on", "off")}}
@@ -469,11 +471,12 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     if plots:
         from badc_check.plots import plot_campaign
 
-        plot_campaign(out, campaign, plans)
+        plot_campaign(out, report, decided)
     return report
 
 
-def _predicate_sets(config: dict[str, Any], laws: dict[str, Any], jobs: list[Job], out: Path) -> dict[str, list[str]]:
+def _predicate_sets(config: dict[str, Any], laws: dict[str, Any],
+                    arms: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
     """Registered predicates as lists of the violating outcomes among all the laws and arms contain
     (predicates are pure functions of outcome strings; the engine module defines them)."""
     from badc_replay.worker import engine_module
@@ -481,8 +484,8 @@ def _predicate_sets(config: dict[str, Any], laws: dict[str, Any], jobs: list[Job
     mod = engine_module(config)
     cfg = mod.config_from_dict(config)
     known = set(laws["reference"]) | set(laws.get("hypothesis", {}).get("law", {}))
-    for j in jobs[1:]:
-        known |= set(json.loads(j.output(out).read_text())["outcomes"])
+    for arm in arms.values():
+        known |= set(arm["outcomes"])
     return {name: sorted(y for y in known if mod.predicate(name, cfg)(y)) for name in config["predicates"]}
 
 

@@ -3,7 +3,6 @@ with their simultaneous bounds and the reference law P."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -37,23 +36,19 @@ def plot_config(path: Path, title: str, events: list[str], p_ref: np.ndarray, on
     plt.close(fig)
 
 
-def plot_campaign(out: Path, campaign: Any, plans: dict[str, list[Any]]) -> list[Path]:
-    """One PNG per decided config under out/plots/, the events with the largest |on - off| first."""
-    from badc_check.campaign import merge_shards
+def plot_campaign(out: Path, report: dict[str, Any],
+                  decided: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]]) -> list[Path]:
+    """One PNG per decided config under out/plots/, the events with the largest |on - off| first.
+    `decided` maps a config id to its laws and merged arms, as the runner decided them."""
     from badc_check.events import EventFamily
 
-    report = json.loads((out / "report.json").read_text())
     (out / "plots").mkdir(exist_ok=True)
     written = []
     for c in report["configs"]:
-        jobs = plans.get(c["id"])
-        if not jobs or c.get("D") is None:
+        if c["id"] not in decided or c.get("D") is None:
             continue
-        laws = json.loads(jobs[0].output(out).read_text())
-        arms = {}
-        for j in jobs[1:]:
-            arms.setdefault(j.arm, []).append(json.loads(j.output(out).read_text()))
-        on, off = merge_shards(arms["on"]), merge_shards(arms["off"])
+        laws, arms = decided[c["id"]]
+        on, off = arms["on"], arms["off"]
         hyp = laws.get("hypothesis")
         fam = EventFamily.build(laws["reference"], {hyp["id"]: hyp["law"]} if hyp else {})
         k_on, k_off = fam.counts(on["outcomes"], on["violations"]), fam.counts(off["outcomes"], off["violations"])
