@@ -12,6 +12,7 @@ are reported INCONCLUSIVE with the reason, never dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -25,12 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from badc_check.builds import build_for
+from badc_check.builds import build_for, load_builds
 from badc_check.channels import RecordArm
 from badc_check.confirmation import confirm_repair
 from badc_check.decide import INCONCLUSIVE, Arm, Config, ConfigDecision, decide
 
-ENGINES_WITH_WORKERS = {"llama_cpp"}
+ENGINES_WITH_WORKERS = {"llama_cpp", "transformers"}
+# Trace level of decision arms: transformers' D2 replay compares each processor's recorded scores.
+TRACE_LEVEL = {"transformers": "full"}
 ROLES = ("probe", "negative-control", "positive-control")
 BUILTIN = Path(__file__).resolve().parents[1] / "campaigns" / "builtin.toml"
 SHARD = 20_000  # draws per job
@@ -109,6 +112,23 @@ def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: 
     return campaign
 
 
+def installed_only(campaign: Campaign, log: Callable[[str], None] | None = None) -> Campaign:
+    """The campaign without the configs whose build is not set up here (the built-in campaign runs on
+    every installed engine); refuses when nothing is left."""
+    builds = load_builds()
+    keep, dropped = [], []
+    for c in campaign.configs:
+        b = builds.get(f"{c['engine']}-{c['build']}")
+        (keep if b is not None and b.installed else dropped).append(c)
+    if dropped:
+        (log or (lambda m: print(m, file=sys.stderr)))(
+            "badc run: left out (build not set up): " + ", ".join(f"{c['id']} ({c['engine']}-{c['build']})"
+                                                                   for c in dropped))
+    if not keep:
+        raise CampaignError("no engine build is set up: run `python3.11 tools/setup_envs.py`")
+    return dataclasses.replace(campaign, configs=keep)
+
+
 def check_seal(campaign: Campaign, out: Path) -> dict[str, Any]:
     """Write the seal, or refuse when an existing one in `out` was made from other inputs."""
     seal = campaign.seal()
@@ -172,12 +192,13 @@ def plan(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
         for start in range(0, draws, campaign.shard):
             jobs.append(Job(config, "shard", name, start, min(campaign.shard, draws - start), level, repair))
 
-    arm("off", campaign.draws, "calls")
-    arm("on", campaign.draws, "calls")
+    level = TRACE_LEVEL.get(config["engine"], "calls")
+    arm("off", campaign.draws, level)
+    arm("on", campaign.draws, level)
     if campaign.confirm_draws and config.get("repair"):
         arm("off-confirm", campaign.confirm_draws, "counts")
         arm("on-confirm", campaign.confirm_draws, "counts")
-        arm("repaired", campaign.confirm_draws, "calls", config["repair"])
+        arm("repaired", campaign.confirm_draws, level, config["repair"])
     return jobs
 
 

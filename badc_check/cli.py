@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from badc_trace.tiny import ENGINES
 
@@ -30,11 +32,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from badc_check.campaign import BUILTIN, CampaignError, load_campaign, run_campaign
+    from badc_check.campaign import BUILTIN, CampaignError, installed_only, load_campaign, run_campaign
 
     out = args.out
     try:
         campaign = load_campaign(args.campaign or BUILTIN, draws=args.draws, confirm_draws=args.confirm)
+        if not args.campaign:
+            campaign = installed_only(campaign)
         out = out or f"badc-out/{campaign.name}"
         report = run_campaign(campaign, out, workers=args.workers, executor=args.executor, plots=not args.no_plots)
     except CampaignError as e:
@@ -49,6 +53,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay_in_build(args: argparse.Namespace) -> int | None:
+    """Parts of a contract that need the engine (transformers' D2/D3) are checked by running the same
+    command under the interpreter of the build that wrote a campaign trace, when it is set up here."""
+    import subprocess
+
+    from badc_check.builds import build_for
+    from badc_trace.format import read_trace
+
+    header = read_trace(args.trace, allow_torn_tail=True).header
+    if not isinstance(header.get("config"), dict) or "id" not in header["config"]:
+        return None  # not a campaign trace: the engine could not rebuild its processors anyway
+    try:
+        python = build_for(header["engine"], header["build"]).python
+    except LookupError:
+        return None
+    if Path(python).parent.parent.resolve() == Path(sys.prefix).resolve():  # already in that environment
+        return None
+    cmd = [str(python), "-m", "badc_check.cli", "replay", args.trace, "--limit", str(args.limit)]
+    cmd += ["--json"] if args.json else []
+    return subprocess.run(cmd, env={**os.environ, "BADC_REPLAY_IN_BUILD": "1"}).returncode
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from badc_replay.contract import replay_trace
     from badc_trace.format import TraceFormatError
@@ -58,6 +84,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     except (TraceFormatError, ValueError, OSError) as e:
         print(f"badc replay: {e}", file=sys.stderr)
         return 2
+    if res.unchecked and not os.environ.get("BADC_REPLAY_IN_BUILD"):
+        rc = _replay_in_build(args)
+        if rc is not None:
+            return rc
     if args.json:
         print(json.dumps(res.to_dict(), indent=1))
     else:
@@ -65,6 +95,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
               f"calls in {len(res.violating_requests)} requests")
         for rid in sorted(res.first_per_request)[: args.limit]:
             print(f"  {res.first_per_request[rid].message()}")
+        if res.unchecked:
+            print(f"  {res.unchecked}")
         if res.torn_tail:
             print(f"  torn tail at {res.torn_tail}: the writer did not finish; every whole chunk was checked")
     return 1 if res.violations else 0

@@ -43,6 +43,7 @@ class ContractResult:
     violating_requests: set[int] = field(default_factory=set)
     first_per_request: dict[int, Violation] = field(default_factory=dict)
     torn_tail: str | None = None
+    unchecked: str | None = None  # contract parts this interpreter could not check, and why
 
     @property
     def first_violation(self) -> Violation | None:
@@ -52,7 +53,8 @@ class ContractResult:
         first = self.first_violation
         return {"calls": self.calls, "violations": self.violations, "requests": self.requests,
                 "violating_requests": len(self.violating_requests),
-                "first_violation": None if first is None else first.to_dict(), "torn_tail": self.torn_tail}
+                "first_violation": None if first is None else first.to_dict(), "torn_tail": self.torn_tail,
+                "unchecked": self.unchecked}
 
 
 def _requests(reader: TraceReader) -> Iterator[tuple[int, list[dict[str, Any]]]]:
@@ -82,10 +84,17 @@ def replay_trace(path: str, *, allow_torn_tail: bool = True) -> ContractResult:
         raise ValueError(f"{path}: no contract replay for engine {engine!r}") from None
     config = reader.header.get("config", {})
     result = ContractResult(engine)
+    # Parts of a contract that need the engine itself (transformers' D2/D3 replay fresh processors)
+    # come with a context the engine module builds when it can run here.
+    context = None
+    if hasattr(module, "replay_context"):
+        context, result.unchecked = module.replay_context(reader.header)
     for rid, records in _requests(reader):
         result.requests += 1
         result.calls += sum(1 for r in records if r["type"] in ("processor", "stop_check", "sample"))
-        for v in module.check_request(records, config):
+        found = module.check_request(records, config, context) if context is not None else \
+            module.check_request(records, config)
+        for v in found:
             result.violations += 1
             result.violating_requests.add(rid)
             result.first_per_request.setdefault(rid, v)

@@ -15,7 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-HOOKS = {"llama_cpp.llama": ("badc_trace.engines.llama_cpp", "LlamaCppInstrumentor")}
+HOOKS = {"llama_cpp.llama": ("badc_trace.engines.llama_cpp", "LlamaCppInstrumentor"),
+         "transformers.generation.utils": ("badc_trace.engines.transformers", "TransformersInstrumentor")}
 _SITE = Path(__file__).with_name("autoinstrument")
 
 
@@ -60,7 +61,7 @@ def activate() -> None:
 
         return install
 
-    packages = {"badc_trace.engines.llama_cpp": "llama-cpp-python"}
+    packages = {"badc_trace.engines.llama_cpp": "llama-cpp-python", "badc_trace.engines.transformers": "transformers"}
     for target, (module_name, cls_name) in HOOKS.items():
         wrapt.register_post_import_hook(hook_for(module_name, cls_name, packages[module_name]), target)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from badc_check.builds import load_builds
-from badc_check.campaign import CampaignError, load_campaign, run_campaign
+from badc_check.campaign import BUILTIN, CampaignError, installed_only, load_campaign, run_campaign
 
 pytestmark = pytest.mark.skipif(not load_builds()["llama_cpp-0.3.36"].installed,
                                 reason="build llama_cpp-0.3.36 not set up (python3.11 tools/setup_envs.py)")
@@ -170,3 +170,18 @@ def test_ray_executor_on_a_local_cluster_gives_the_same_draws(tmp_path):
     for cid in ("NEG", "PAR"):
         for arm in ("on", "off"):
             assert _arm_counts(tmp_path / "ray", cid, arm) == _arm_counts(local, cid, arm)
+
+
+def test_builtin_keeps_the_configs_of_installed_builds_only(tmp_path):
+    builtin = load_campaign(str(BUILTIN))
+    engines = {c["engine"] for c in builtin.configs}
+    assert {"llama_cpp", "transformers"} <= engines
+    said: list[str] = []
+    kept = installed_only(builtin, log=said.append)
+    installed = {f"{b.engine}-{b.version}" for b in load_builds().values() if b.installed}
+    assert all(f"{c['engine']}-{c['build']}" in installed for c in kept.configs)
+    assert len(kept.configs) + sum(m.count("(") for m in said) == len(builtin.configs)
+    nothing = load_campaign(_write(tmp_path, CAMPAIGN.format(other="vllm").replace('build = "0.3.36"',
+                                                                                   'build = "0.0.1"')))
+    with pytest.raises(CampaignError, match="no engine build is set up"):
+        installed_only(nothing, log=said.append)

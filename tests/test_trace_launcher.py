@@ -61,3 +61,48 @@ def test_diff_names_the_first_diverging_call(tmp_path, capsys):
     assert "| ids **≠** |" in md and "Logical prefix of the position" in md
     assert main(["diff", str(tmp_path / "on.badc"), str(tmp_path / "on.badc")]) == 0
     assert "No divergence" in capsys.readouterr().out
+
+
+TF_BUILD = load_builds()["transformers-5.17.0"]
+tf_only = pytest.mark.skipif(not TF_BUILD.installed, reason="build transformers-5.17.0 not set up")
+
+TF_SCRIPT = textwrap.dedent("""
+    import torch
+    from badc_trace.tiny import transformers as tiny
+    model, tok = tiny.build(7)
+    ids = tok("abcdabcdab", return_tensors="pt").input_ids
+    for seed in range(10):
+        torch.manual_seed(seed)
+        model.generate(ids, do_sample=True, max_new_tokens=3, prompt_lookup_num_tokens=3, guidance_scale=1.5)
+    print("script done")
+""")
+
+
+@tf_only
+def test_badc_trace_instruments_a_transformers_program(tmp_path):
+    from badc_trace.format import read_trace
+
+    script = tmp_path / "user.py"
+    script.write_text(TF_SCRIPT)
+    out = tmp_path / "user.badc"
+    proc = subprocess.run([sys.executable, "-m", "badc_trace.launcher", "--out", str(out), "--level", "full", "--",
+                           str(TF_BUILD.python), str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "script done" in proc.stdout, proc.stderr[-2000:]
+    recs = list(read_trace(str(out)))
+    assert sum(r["type"] == "request" for r in recs) == 10
+    assert {r["role"] for r in recs if r["type"] == "processor"} == {"filter", "verify"}
+
+
+@tf_only
+def test_replay_of_a_transformers_campaign_trace_runs_under_its_build(tmp_path, capsys):
+    # D2 needs the engine: from the main environment, `badc replay` re-runs itself under the build's
+    # interpreter and finds the guidance processor's drifted state.
+    code = textwrap.dedent(f"""
+        from badc_replay.engines import transformers as tf
+        c = tf.config_from_dict({{"id": "HF-6", "generation": {{"guidance_scale": 1.5}}}})
+        tf.collect(c, "on", 30, 1, trace_path={str(tmp_path / 'on.badc')!r})
+        tf.collect(c, "off", 30, 1, trace_path={str(tmp_path / 'off.badc')!r})
+    """)
+    subprocess.run([str(TF_BUILD.python), "-c", code], check=True, capture_output=True)
+    assert main(["replay", str(tmp_path / "off.badc")]) == 0
+    assert main(["replay", str(tmp_path / "on.badc"), "--json"]) == 1

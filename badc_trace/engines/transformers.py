@@ -1,0 +1,299 @@
+"""Probes for Hugging Face transformers (supported: 5.12 <= version < 6).
+
+What is recorded, per request (the outermost `generate()`; a draft model's `generate()` inside it is
+tracked as nesting, its calls carry role `draft`):
+
+- `request`: prompt ids and the plain generation keywords;
+- `draft`: each drafter's `get_candidates` (prompt lookup, draft model), the committed ids it read and
+  its proposal;
+- `processor`: each processor call, the list (`proc` = -1) and each element (`proc` = its index), with
+  the ids it was given, the position's logical prefix length `logical_len`, its role (`filter`: the
+  prompt-lookup drafter's candidate filtering on all-one placeholder scores; `verify`: assisted
+  decoding's verification; `step`: an ordinary sampling step; `draft`: inside a draft model), a digest
+  of the processor's state and, at level `full`, the incoming and outgoing float32 scores;
+- `crop`: `Cache.crop` calls (the argument is a 0-d tensor in 5.17, an int later);
+- `stop_check`: each stopping-criteria evaluation, the ids, the result, and whether it read the
+  committed ids or a candidate (committed ids plus drafts, evaluated before verification in 5.17);
+- `crash`: an exception raised out of a processor or `generate()`;
+- `return`: the new tokens of the returned sequence, the outcome string and, when the caller asked for
+  them, the returned scores and logits (float32 bytes per position).
+
+Levels: `counts` keeps exercise counters only, `calls` writes the records without scores, `full`
+adds scores.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+import numpy as np
+
+from badc_trace.instrument import BaseInstrumentor, TraceSink, state_digest
+from badc_trace.outcomes import format_outcome
+
+EOS_CODE, LENGTH_CODE, STOP_CODE = "eos", "length", "stop"
+PLAIN_TYPES = (int, float, str, bool, type(None))
+
+
+def outcome_of(new_tokens: list[int], eos_ids: set[int], max_new_tokens: int | None) -> str:
+    """transformers returns no termination label; the code is derived from the tokens (EOS last,
+    the length budget reached, or else a stopping criterion such as a stop string)."""
+    if new_tokens and new_tokens[-1] in eos_ids:
+        code = EOS_CODE
+    elif max_new_tokens is not None and len(new_tokens) >= max_new_tokens:
+        code = LENGTH_CODE
+    else:
+        code = STOP_CODE
+    return format_outcome(new_tokens, code)
+
+
+def _f32(t: Any) -> bytes:
+    return np.asarray(t.detach().float().cpu().numpy(), dtype=np.float32).reshape(-1).tobytes()
+
+
+def _ids(t: Any) -> list[int]:
+    return [int(x) for x in t.reshape(-1).tolist()]
+
+
+class _Request:
+    def __init__(self, rid: int):
+        self.id = rid
+        self.depth = 0  # generate() nesting: > 1 inside a draft model
+        self.mode = "step"  # step | assisted
+        self.in_drafter: str | None = None  # "filter" (prompt lookup) or "draft" (draft model)
+        self.committed = 0  # committed length at the last drafter call
+        self.prompt_len = 0
+        self.crash: str | None = None
+        self.elements: list[Any] = []  # the list whose call is in progress
+        self.list_role = "step"
+        self.in_element = 0
+        self.last_draft: tuple[int, list[int]] | None = None  # (committed length, proposal)
+        self.candidate_pending = False  # between a drafter's return and its block's verification
+
+    def account(self, sink: TraceSink, ids: list[int]) -> None:
+        """Count the drafts of the last block that were committed: the leading ids after the block's
+        committed prefix that equal the proposal (sample-and-match accepts exactly those)."""
+        if self.last_draft is None:
+            return
+        start, draft = self.last_draft
+        n = 0
+        for d, y in zip(draft, ids[start:], strict=False):
+            if d != y:
+                break
+            n += 1
+        sink.count("accepted", n)
+        self.last_draft = None
+
+
+class TransformersInstrumentor(BaseInstrumentor):
+    package = "transformers"
+    supported = ("5.12", "6")
+
+    def _instrument(self, sink: TraceSink) -> None:
+        from transformers.cache_utils import Cache
+        from transformers.generation import candidate_generator as cg
+        from transformers.generation import logits_process as lp
+        from transformers.generation import stopping_criteria as sc
+        from transformers.generation.utils import GenerationMixin
+
+        self._local = threading.local()
+        self._ids = itertools.count()
+        self._element_owners: set[type] = set()
+        self.last_request: _Request | None = None
+        self._wrap(GenerationMixin, "generate", self._generate)
+        self._wrap(GenerationMixin, "_assisted_decoding", self._mode("assisted"))
+        self._wrap(GenerationMixin, "_sample", self._mode("step"))
+        self._wrap(cg.PromptLookupCandidateGenerator, "get_candidates", self._drafter("filter"))
+        self._wrap(cg.AssistedCandidateGenerator, "get_candidates", self._drafter("draft"))
+        self._wrap(lp.LogitsProcessorList, "__call__", self._list_call)
+        self._wrap(sc.StoppingCriteriaList, "__call__", self._stop_call)
+        self._wrap(Cache, "crop", self._crop)
+
+    @property
+    def _req(self) -> _Request | None:
+        return getattr(self._local, "req", None)
+
+    # -- generate() ------------------------------------------------------------------------------
+    def _generate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        req = self._req
+        if req is not None:  # a draft model's generate() inside the outer one
+            req.depth += 1
+            try:
+                return wrapped(*args, **kwargs)
+            finally:
+                req.depth -= 1
+        req = _Request(next(self._ids))
+        req.depth = 1
+        self._local.req = req
+        self.sink.count("requests")
+        prompt = kwargs.get("input_ids", args[0] if args else kwargs.get("inputs"))
+        req.prompt_len = int(prompt.shape[-1]) if prompt is not None else 0
+        params = {k: (v if isinstance(v, PLAIN_TYPES) else list(v) if isinstance(v, list | tuple)
+                      and all(isinstance(x, PLAIN_TYPES) for x in v) else type(v).__name__)
+                  for k, v in kwargs.items() if k not in ("input_ids", "inputs", "attention_mask")}
+        self.sink.emit({"type": "request", "req": req.id, "prompt": [] if prompt is None else _ids(prompt),
+                        "params": params})
+        try:
+            out = wrapped(*args, **kwargs)
+        except Exception as e:
+            self._crash(req, "generate", e)
+            self._finish(req, format_outcome([], f"crash:{req.crash}"), [], {})
+            raise
+        finally:
+            self._local.req = None
+        seqs = out if not hasattr(out, "sequences") else out.sequences
+        new = _ids(seqs[0, req.prompt_len:])
+        req.account(self.sink, _ids(seqs[0]))
+        eos = instance.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        extra: dict[str, Any] = {}
+        if getattr(out, "scores", None) is not None and self.sink.level != "counts":
+            extra["scores"] = [_f32(s[0]) for s in out.scores]
+        if getattr(out, "logits", None) is not None and self.sink.level != "counts":
+            extra["logits"] = [_f32(s[0]) for s in out.logits]
+        max_new = kwargs.get("max_new_tokens", instance.generation_config.max_new_tokens)
+        self._finish(req, outcome_of(new, eos_ids, max_new), new, extra)
+        return out
+
+    def _finish(self, req: _Request, outcome: str, new: list[int], extra: dict[str, Any]) -> None:
+        self.sink.emit({"type": "return", "req": req.id, "tokens": new, "outcome": outcome, **extra})
+        self.last_request = req
+
+    def _mode(self, mode: str) -> Any:
+        def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            req = self._req
+            if req is not None and req.depth == 1:
+                req.mode = mode
+            return wrapped(*args, **kwargs)
+
+        return wrapper
+
+    # -- drafters --------------------------------------------------------------------------------
+    def _drafter(self, role: str) -> Any:
+        def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            req = self._req
+            ids = args[0] if args else kwargs["input_ids"]
+            if req is not None:
+                req.in_drafter = role
+                req.committed = int(ids.shape[-1])
+            try:
+                cand, cand_logits = wrapped(*args, **kwargs)
+            finally:
+                if req is not None:
+                    req.in_drafter = None
+            n = int(cand.shape[-1] - ids.shape[-1])
+            if req is not None and req.depth == 1:
+                req.account(self.sink, _ids(ids[0]))
+                req.last_draft = (int(ids.shape[-1]), _ids(cand[0, ids.shape[-1]:]))
+                req.candidate_pending = True
+            self.sink.count("drafter_calls")
+            self.sink.count("proposed", n)
+            self.sink.emit({"type": "draft", "req": None if req is None else req.id, "drafter": type(instance).__name__,
+                            "committed": _ids(ids), "draft": _ids(cand[0, ids.shape[-1]:])})
+            return cand, cand_logits
+
+        return wrapper
+
+    # -- processors ------------------------------------------------------------------------------
+    def _role(self, req: _Request) -> str:
+        if req.depth > 1:
+            return "draft"
+        if req.in_drafter == "filter":
+            return "filter"
+        return "verify" if req.mode == "assisted" else "step"
+
+    def _logical_len(self, req: _Request, role: str, n_ids: int) -> int:
+        # verification position i reads committed ids plus drafts d1..di: its logical prefix is all of
+        # them, since the position's token is only used when d1..di were accepted; a filter call's
+        # placeholder scores belong to no position, so only the committed ids are logical there.
+        return req.committed if role in ("filter", "draft") else n_ids
+
+    def _list_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        req = self._req
+        if req is None:
+            return wrapped(*args, **kwargs)
+        for p in instance:
+            self._wrap_element(type(p))
+        outer = (req.elements, req.list_role)
+        ids, scores = args[0], args[1]
+        role = self._role(req)
+        if role == "verify":
+            req.candidate_pending = False
+        req.elements, req.list_role = list(instance), role
+        full = self.sink.level == "full"
+        before = _f32(scores[0]) if full else None
+        try:
+            out = wrapped(*args, **kwargs)
+        finally:
+            req.elements, req.list_role = outer
+        self.sink.count("processor_calls")
+        n = int(ids.shape[-1])
+        rec = {"type": "processor", "req": req.id, "proc": -1, "name": "LogitsProcessorList", "ids": _ids(ids[0]),
+               "role": role, "logical_len": self._logical_len(req, role, n), "committed": req.committed}
+        if full:
+            rec["scores_in"], rec["scores_out"] = before, _f32(out[0])
+        self.sink.emit(rec)
+        return out
+
+    def _wrap_element(self, cls: type) -> None:
+        owner = next((k for k in cls.__mro__ if "__call__" in k.__dict__), None)
+        if owner is None or owner in self._element_owners or owner.__module__.startswith("builtins"):
+            return
+        self._element_owners.add(owner)
+        self._wrap(owner, "__call__", self._element_call)
+
+    def _element_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        req = self._req
+        if req is None or req.in_element or not any(p is instance for p in req.elements):
+            return wrapped(*args, **kwargs)  # not called from a list (or a super().__call__ inside one)
+        index = next(i for i, p in enumerate(req.elements) if p is instance)
+        ids, scores = args[0], args[1]
+        full = self.sink.level == "full"
+        before = _f32(scores[0]) if full else None
+        req.in_element += 1
+        try:
+            out = wrapped(*args, **kwargs)
+        except Exception as e:
+            self._crash(req, f"processor {index} ({type(instance).__name__})", e)
+            raise
+        finally:
+            req.in_element -= 1
+        n = int(ids.shape[-1])
+        rec = {"type": "processor", "req": req.id, "proc": index, "name": type(instance).__name__,
+               "ids": _ids(ids[0]), "role": req.list_role, "logical_len": self._logical_len(req, req.list_role, n),
+               "committed": req.committed, "state": state_digest(instance)}
+        if full:
+            rec["scores_in"], rec["scores_out"] = before, _f32(out[0])
+        self.sink.emit(rec)
+        return out
+
+    # -- stopping, cache -------------------------------------------------------------------------
+    def _stop_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        out = wrapped(*args, **kwargs)
+        req = self._req
+        if req is not None and req.depth == 1:
+            self.sink.count("stop_checks")
+            # 5.17 also evaluates stopping on the candidate (committed ids + drafts) before verification
+            where = "candidate" if req.candidate_pending and req.mode == "assisted" else "committed"
+            self.sink.emit({"type": "stop_check", "req": req.id, "ids": _ids(args[0][0]), "where": where,
+                            "committed": req.committed, "result": bool(out[0])})
+        return out
+
+    def _crop(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        out = wrapped(*args, **kwargs)
+        req = self._req
+        if req is not None:
+            arg = args[0] if args else next(iter(kwargs.values()), None)
+            self.sink.count("kv_removals")
+            self.sink.emit({"type": "crop", "req": req.id, "depth": req.depth, "arg": int(arg),
+                            "arg_type": type(arg).__name__})
+        return out
+
+    def _crash(self, req: _Request | None, where: str, e: BaseException) -> None:
+        self.sink.count("crashes")
+        if req is not None and req.crash is None:
+            req.crash = type(e).__name__
+        self.sink.emit({"type": "crash", "req": None if req is None else req.id, "where": where,
+                        "exc": type(e).__name__, "message": str(e)[:500]})

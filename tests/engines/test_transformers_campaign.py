@@ -1,0 +1,232 @@
+"""transformers end to end on the tiny model: kernel adapter, calibration, probes, contract replay (D1-D4),
+hypotheses and the frozen repair. Modest draw counts on strong effects; the paper-scale run is
+tools/paper_transformers.sh."""
+
+import numpy as np
+import pytest
+
+from badc_check.decide import FAILS, INCONCLUSIVE, NOT_REJECTED, Arm, Config, decide
+from badc_replay.contract import replay_trace
+from badc_replay.engines import transformers as tf
+from badc_replay.worker import laws
+
+VERSION = tf.engine_version()
+SYNTHID = {"type": "synthid", "keys": [654, 400, 836, 123, 340, 443, 597, 160], "ngram_len": 2}
+
+
+def cfg(**kw):
+    return tf.config_from_dict({"id": "T", **kw})
+
+
+def tv(p, q):
+    return 0.5 * sum(abs(p.get(y, 0) - q.get(y, 0)) for y in set(p) | set(q))
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("BADC_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def test_calibration_against_20000_off_draws():
+    c = cfg(id="cal")
+    ref = tf.reference_law(c)
+    assert abs(sum(ref.law.values()) - 1) < 1e-9 and len(ref.law) > 100
+    off = tf.collect(c, "off", 20_000, 7)
+    on = tf.collect(c, "on", 2_000, 7)
+    d = decide(Config(c.id, Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref.law))
+    assert d.calibration.passed is True and d.calibration.worst_excess <= 0.005
+    assert d.decision == NOT_REJECTED and on.proposed > 1000 and on.accepted > 0 and off.proposed == 0
+
+
+@pytest.mark.parametrize("generation", [{}, {"guidance_scale": 1.5}, {"stop_strings": ["cd"]},
+                                        {"watermarking_config": SYNTHID}, {"min_new_tokens": 2}])
+def test_simulator_with_fresh_processors_reproduces_p(generation):
+    assert tf.simulator_check(cfg(generation=generation)) <= 1e-6
+
+
+@pytest.mark.parametrize("generation, hypothesis, least", [({"guidance_scale": 1.5}, "H-D2-cfg", 0.05),
+                                                           ({"watermarking_config": SYNTHID}, "H-D2-synthid", 0.05),
+                                                           ({"stop_strings": ["cd"]}, "H-D3-stopstring", 0.001)])
+def test_hypotheses_differ_from_p_and_the_repair_removes_the_state_difference(generation, hypothesis, least):
+    c = cfg(generation=generation)
+    kernel = tf.Kernel(c)
+    p = kernel.exact_law().law
+    mu = tf.AssistedSimulator(kernel, **tf.HYPOTHESES[hypothesis]).exact_law().law
+    assert tv(p, mu) > least
+    if hypothesis.startswith("H-D2"):
+        from badc_replay.repairs import load_intervention
+
+        undo = load_intervention("transformers/stateful-replay").apply()
+        try:
+            repaired = tf.AssistedSimulator(kernel, "persistent", "block").exact_law().law
+        finally:
+            undo()
+        assert tv(p, repaired) < 1e-6
+
+
+def test_guidance_fails_compatible_with_its_hypothesis_and_the_repair_confirms(tmp_path):
+    config = {"engine": "transformers", "id": "HF-6", "generation": {"guidance_scale": 1.5}, "hypothesis": "H-D2-cfg"}
+    c = tf.config_from_dict(config)
+    law = laws(config, tmp_path)
+    assert law["simulator_check"] <= 1e-6
+    on = tf.collect(c, "on", 1000, 11, trace_path=str(tmp_path / "on.badc"))
+    off = tf.collect(c, "off", 1000, 11, trace_path=str(tmp_path / "off.badc"))
+    rep = tf.collect(c, "repaired", 1000, 11, trace_path=str(tmp_path / "rep.badc"),
+                     repair="transformers/stateful-replay")
+    d = decide(Config("HF-6", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
+                      reference=law["reference"], hypothesis=(law["hypothesis"]["id"], law["hypothesis"]["law"])))
+    assert d.decision == FAILS and d.eligible and d.channel_s.D_returned > 0.05
+    assert d.calibration.passed and d.hypothesis.compatible and d.hypothesis.null_rejected
+    first = on.contract["first_violation"]
+    assert first["kind"] == "D2" and "UnbatchedClassifierFreeGuidanceLogitsProcessor" in first["what"]
+    assert on.violations == 1000 and off.violations == 0 and on.contract["unchecked"] is None
+    assert rep.violations == 0 and rep.proposed > 0
+    d_rep = decide(Config("HF-6-rep", Arm(rep.outcomes, rep.violations, rep.proposed), Arm(off.outcomes),
+                          reference=law["reference"]))
+    assert d_rep.decision == NOT_REJECTED
+
+
+def test_stop_string_completed_inside_a_block_gives_witnesses_and_d3(tmp_path):
+    # The public defect (the paper's HF17-P1): generation goes on past "cd" when both arrive in one block.
+    config = {"engine": "transformers", "id": "HF-P1", "generation": {"stop_strings": ["cd"]},
+              "predicates": ["stop_strings"], "hypothesis": "H-D3-stopstring"}
+    c = tf.config_from_dict(config)
+    pred = tf.predicate("stop_strings", c)
+    law = laws(config, tmp_path)
+    assert sum(p for y, p in law["reference"].items() if pred(y)) == 0
+    assert sum(p for y, p in law["hypothesis"]["law"].items() if pred(y)) > 0.001
+    on = tf.collect(c, "on", 3000, 5, trace_path=str(tmp_path / "on.badc"))
+    off = tf.collect(c, "off", 3000, 5, trace_path=str(tmp_path / "off.badc"))
+    d = decide(Config("HF-P1", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
+                      reference=law["reference"], predicates={"stop_strings": pred}))
+    assert d.decision == FAILS and d.witnesses.count > 0 and d.calibration.passed
+    assert on.violations >= d.witnesses.count and off.violations == 0
+    res = replay_trace(str(tmp_path / "on.badc"))
+    kinds = {v.kind for v in res.first_per_request.values()}
+    assert kinds == {"D3"} and "sequential stop map" in res.first_violation.expected
+
+
+def test_topk_with_repetition_penalty_drafts_nothing_and_is_inconclusive():
+    # Candidate filtering on all-one placeholder scores: the penalty lowers every prompt token and top-k 3
+    # keeps the three unseen ones, so every proposal is cropped to nothing.
+    c = cfg(generation={"temperature": 0.7, "top_k": 3, "top_p": 0.9, "repetition_penalty": 1.3})
+    ref = tf.reference_law(c).law
+    on, off = tf.collect(c, "on", 500, 3), tf.collect(c, "off", 500, 3)
+    assert on.proposed == 0 and on.counters["drafter_calls"] > 0
+    d = decide(Config("HF-3", Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref))
+    assert d.decision == INCONCLUSIVE
+
+
+def test_returned_scores_are_checked_against_the_kernel(tmp_path):
+    # output_scores with a stateless chain: the records match on both arms. With guidance the returned
+    # scores of the speculative arm come from the drifted processor state: channel R sees it.
+    plain = cfg(generation={"output_scores": True, "return_dict_in_generate": True})
+    for arm in ("off", "on"):
+        r = tf.collect(plain, arm, 300, 2, trace_path=str(tmp_path / f"p-{arm}.badc"))
+        assert r.records["draws"] == 300 and r.records["mismatch"] == 0, r.records
+    guided = cfg(generation={"output_scores": True, "return_dict_in_generate": True, "guidance_scale": 1.5})
+    off = tf.collect(guided, "off", 200, 2, trace_path=str(tmp_path / "g-off.badc"))
+    on = tf.collect(guided, "on", 200, 2, trace_path=str(tmp_path / "g-on.badc"))
+    assert off.records["mismatch"] == 0 and on.records["mismatch"] > 50
+    assert on.records["first_mismatch"]["record"] == "scores"
+
+
+@pytest.mark.skipif(VERSION != "5.12.0", reason="the length overshoot is a 5.12.0 defect")
+def test_5_12_returns_more_than_max_new_tokens():
+    c = cfg(predicates=["max_new_tokens"])
+    on = tf.collect(c, "on", 3000, 1)
+    over = tf.predicate("max_new_tokens", c)
+    assert sum(k for y, k in on.outcomes.items() if over(y)) > 0
+
+
+def test_xgrammar_is_dominated_by_crashes():
+    pytest.importorskip("xgrammar")
+    c = cfg(processors=[{"name": "xgrammar", "grammar": 'root ::= [a-c]+ "d"?'}])
+    off, on = tf.collect(c, "off", 300, 4), tf.collect(c, "on", 300, 4)
+    crashes = sum(k for y, k in on.outcomes.items() if "|crash:" in y)
+    assert sum(k for y, k in off.outcomes.items() if "|crash:" in y) == 0
+    assert crashes > 100 and on.counters["crashes"] >= crashes
+
+
+def test_probes_record_roles_and_leave_nothing_patched(tmp_path):
+    from transformers.generation import logits_process as lp
+    from transformers.generation.utils import GenerationMixin
+
+    from badc_trace.engines.transformers import TransformersInstrumentor
+    from badc_trace.format import read_trace
+
+    classes = (("gm", GenerationMixin), ("cfg", lp.UnbatchedClassifierFreeGuidanceLogitsProcessor))
+    before = {k: dict(vars(c)) for k, c in classes}
+    c = cfg(generation={"guidance_scale": 1.5})
+    tf.collect(c, "on", 20, 1, trace_path=str(tmp_path / "t.badc"), level="full")
+    recs = list(read_trace(str(tmp_path / "t.badc")))
+    roles = {r["role"] for r in recs if r["type"] == "processor"}
+    assert roles == {"filter", "verify"}
+    assert all("scores_in" in r for r in recs if r["type"] == "processor")
+    assert {r["type"] for r in recs} >= {"request", "draft", "processor", "crop", "stop_check", "return"}
+    crop_types = {r["arg_type"] for r in recs if r["type"] == "crop"}
+    assert crop_types == ({"Tensor"} if VERSION < "5.18" else {"int"})
+    probe = TransformersInstrumentor()
+    assert not probe.is_instrumented
+    after = {k: dict(vars(c)) for k, c in classes}
+    assert all(before[k][n] is after[k][n] for k in before for n in before[k])
+    probe.instrument()
+    probe.instrument()  # idempotent
+    probe.uninstrument()
+    probe.uninstrument()
+    assert all(before["gm"][n] is vars(GenerationMixin)[n] for n in before["gm"])
+    # counts level writes no per-call records
+    tf.collect(c, "off", 5, 1, trace_path=str(tmp_path / "c.badc"), level="counts")
+    assert [r["type"] for r in read_trace(str(tmp_path / "c.badc"))] == ["counts"]
+
+
+def test_a_processor_exception_is_a_crash_outcome(tmp_path):
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    from badc_trace.engines.transformers import TransformersInstrumentor
+    from badc_trace.format import TraceWriter, read_trace
+    from badc_trace.instrument import TraceSink
+
+    class Boom(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            if input_ids.shape[-1] > 11:
+                raise KeyError("boom")
+            return scores
+
+    h = tf.Harness(cfg(), speculative=True)
+    sink = TraceSink(TraceWriter(str(tmp_path / "b.badc"), engine="transformers", build=VERSION), "calls")
+    probe = TransformersInstrumentor()
+    probe.instrument(sink)
+    try:
+        with pytest.raises(KeyError):
+            h.model.generate(h.input_ids, logits_processor=LogitsProcessorList([Boom()]), **h.kwargs, **h.spec_kwargs)
+    finally:
+        probe.uninstrument()
+        sink.close()
+    recs = list(read_trace(str(tmp_path / "b.badc")))
+    crash = next(r for r in recs if r["type"] == "crash")
+    assert crash["exc"] == "KeyError" and "Boom" in crash["where"]
+    assert next(r for r in recs if r["type"] == "return")["outcome"] == "|crash:KeyError"
+
+
+def test_d1_flags_a_verification_call_off_its_prefix():
+    # A planted trace: the verification row 1 sees a token that is not the draft.
+    recs = [{"type": "request", "req": 0, "prompt": [0, 1], "params": {}},
+            {"type": "draft", "req": 0, "committed": [0, 1], "draft": [2, 3]},
+            {"type": "processor", "req": 0, "proc": -1, "name": "LogitsProcessorList", "ids": [0, 1, 4],
+             "role": "verify", "logical_len": 3, "committed": 2},
+            {"type": "return", "req": 0, "tokens": [2], "outcome": "2|length"}]
+    v = tf.check_request(recs, {})
+    assert [x.kind for x in v] == ["D1"] and v[0].prefix == [0, 1, 2]
+    recs[2]["ids"] = [0, 1, 2]
+    assert tf.check_request(recs, {}) == []
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="drafter.method"):
+        cfg(drafter={"method": "medusa"})
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        cfg(generation={"max_new_tokens": 4})
+    with pytest.raises(ValueError, match="unknown predicate"):
+        tf.predicate("nope", cfg())
+    assert np.isclose(sum(tf.reference_law(cfg(max_new_tokens=1)).law.values()), 1)
