@@ -1,8 +1,9 @@
 """The first divergence of two traces, as Markdown for an upstream bug report.
 
 Requests are matched by id (a draw index in campaign traces, so the same seed on both sides) and
-compared record by record on the fields that say what a call saw and did; state digests and scores
-are compared too. Typical use: the faulty arm against the repaired arm of the same configuration.
+compared record by record on the fields that say what a call saw and did, scores included. A state
+digest differing alone is not a divergence (a repaired processor carries its own bookkeeping); it is
+shown when the record diverges otherwise. Typical use: the faulty arm against the repaired arm of the same configuration.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from badc_replay.contract import _requests
 from badc_trace.format import read_trace
 
 IGNORED = {"req", "created", "elapsed"}
+SECONDARY = {"state"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ def first_divergence(path_a: str, path_b: str) -> tuple[dict[str, Any], dict[str
             if a is None or b is None or a["type"] != b["type"]:
                 return ra.header, rb.header, Divergence(qa, i, (a or b)["type"], a, b, ["type"], same)
             fields = sorted(k for k in set(a) | set(b) if k not in IGNORED and _differs(a.get(k), b.get(k)))
-            if fields:
+            if set(fields) - SECONDARY:
                 return ra.header, rb.header, Divergence(qa, i, a["type"], a, b, fields, same)
             same += 1
     return ra.header, rb.header, None
