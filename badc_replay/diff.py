@@ -3,7 +3,8 @@
 Requests are matched by id (a draw index in campaign traces, so the same seed on both sides) and
 compared record by record on the fields that say what a call saw and did, scores included. A state
 digest differing alone is not a divergence (a repaired processor carries its own bookkeeping); it is
-shown when the record diverges otherwise. Typical use: the faulty arm against the repaired arm of the same configuration.
+shown when the record diverges otherwise. Typical use: the faulty arm against the repaired arm of the
+same configuration.
 """
 
 from __future__ import annotations
