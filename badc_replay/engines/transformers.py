@@ -111,16 +111,14 @@ def _generation_kwargs(cfg: TransformersConfig, tokenizer: Any) -> dict[str, Any
     return kw
 
 
-def _third_party(cfg: TransformersConfig, tokenizer: Any, model: Any) -> list[Any]:
-    out = []
-    for p in cfg.processors:  # xgrammar: a fresh processor per request (it keeps matcher state)
+def _compile_grammars(cfg: TransformersConfig, tokenizer: Any, model: Any) -> list[Any]:
+    compiled = []
+    for p in cfg.processors:
         import xgrammar as xgr
-        from xgrammar.contrib.hf import LogitsProcessor as XgrProcessor
 
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model.config.vocab_size)
-        compiled = xgr.GrammarCompiler(info).compile_grammar(p["grammar"])
-        out.append(XgrProcessor(compiled))
-    return out
+        compiled.append(xgr.GrammarCompiler(info).compile_grammar(p["grammar"]))
+    return compiled
 
 
 class Harness:
@@ -139,6 +137,7 @@ class Harness:
         self.kwargs = _generation_kwargs(cfg, self.tok)
         eos = self.model.generation_config.eos_token_id
         self.eos = set(eos if isinstance(eos, list) else [eos])
+        self.grammars = _compile_grammars(cfg, self.tok, self.model)
         self.spec_kwargs: dict[str, Any] = {}
         if speculative:
             d = cfg.drafter
@@ -153,12 +152,14 @@ class Harness:
                     assistant.generation_config.num_assistant_tokens_schedule = "constant"
 
     def call_kwargs(self) -> dict[str, Any]:
+        """generate() keywords for one request; third-party processors are made fresh for each
+        (xgrammar's keeps matcher state), from grammars compiled once."""
         kw = {**self.kwargs, **self.spec_kwargs}
-        procs = _third_party(self.cfg, self.tok, self.model)
-        if procs:
+        if self.grammars:
             from transformers import LogitsProcessorList
+            from xgrammar.contrib.hf import LogitsProcessor as XgrProcessor
 
-            kw["logits_processor"] = LogitsProcessorList(procs)
+            kw["logits_processor"] = LogitsProcessorList([XgrProcessor(g) for g in self.grammars])
         return kw
 
     def outcome(self, out: Any) -> str:
