@@ -100,7 +100,8 @@ def test_run_writes_report_plots_and_refuses_changed_inputs(tmp_path):
         run_campaign(load_campaign(edited), out, **QUIET)
 
 
-def _worker_pids(arm: str) -> list[int]:
+def _worker_pids(arm: str, out: Path) -> list[int]:
+    """Workers of this test's campaign only (never another campaign running on the machine)."""
     pids = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -108,7 +109,7 @@ def _worker_pids(arm: str) -> list[int]:
                 cmd = (d / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"badc_replay.worker" in cmd and arm.encode() in cmd:
+            if b"badc_replay.worker" in cmd and arm.encode() in cmd and str(out).encode() in cmd:
                 pids.append(int(d.name))
     return pids
 
@@ -128,7 +129,7 @@ def test_killed_workers_and_an_interrupted_campaign_lose_nothing_and_count_nothi
     kills = 0
     deadline = time.monotonic() + 120
     while kills < 2 and time.monotonic() < deadline and not done.is_set():
-        for pid in _worker_pids("on"):
+        for pid in _worker_pids("on", killed_out):
             os.kill(pid, signal.SIGKILL)
             kills += 1
         time.sleep(0.05)
