@@ -16,10 +16,15 @@ from badc_replay.engines import transformers as tf
 N = 400
 
 
-def rate(fn) -> float:
+def rate(fn, *args, **kwargs) -> float:
     t = time.perf_counter()
-    fn()
+    fn(*args, **kwargs)
     return N / (time.perf_counter() - t)
+
+
+def draws(h: tf.Harness) -> None:
+    for i in range(N):
+        h.draw(i)
 
 
 def main() -> None:
@@ -31,9 +36,9 @@ def main() -> None:
             c = tf.config_from_dict({"id": "bench", "generation": gen})
             for arm in ("off", "on"):
                 h = tf.Harness(c, speculative=arm == "on")
-                bare = rate(lambda: [h.draw(i) for i in range(N)])
-                counts = rate(lambda: tf.collect(c, arm, N, 1))
-                full = rate(lambda: tf.collect(c, arm, N, 1, trace_path=str(Path(tmp) / f"{arm}.badc"), level="full"))
+                bare = rate(draws, h)
+                counts = rate(tf.collect, c, arm, N, 1)
+                full = rate(tf.collect, c, arm, N, 1, trace_path=str(Path(tmp) / f"{arm}.badc"), level="full")
                 print(f"| {name} | {arm} | {bare:.0f} | {counts / bare:.2f} | {full / bare:.2f} |")
 
 
