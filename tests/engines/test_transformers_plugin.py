@@ -1,0 +1,46 @@
+"""The pytest plugin in transformers' own test suite: a marked test fails on FAILS, passes otherwise."""
+
+import subprocess
+import sys
+import textwrap
+
+from badc_replay.engines.transformers import engine_version
+
+CAMPAIGN = textwrap.dedent("""
+    [campaign]
+    name = "{name}"
+    draws = 1000
+    seed = 3
+    shard = 1000
+    [[config]]
+    id = "{cid}"
+    engine = "transformers"
+    build = "{build}"
+    drafter = {{ method = "prompt_lookup", num_tokens = 3, max_ngram_size = 2 }}
+    {extra}
+""")
+TESTS = textwrap.dedent("""
+    import pytest
+
+    @pytest.mark.badc_campaign("plain.toml")
+    def test_plain_sampling_passes():
+        pass
+
+    @pytest.mark.badc_campaign("synthid.toml")
+    def test_synthid_fails():
+        pass
+""")
+SYNTHID = 'generation = { watermarking_config = { type = "synthid", keys = [654, 400, 836, 123], ngram_len = 2 } }'
+
+
+def test_plugin_marker_on_transformers(tmp_path):
+    build = engine_version()
+    (tmp_path / "plain.toml").write_text(CAMPAIGN.format(name="plain", cid="N", build=build,
+                                                         extra='role = "negative-control"'))
+    (tmp_path / "synthid.toml").write_text(CAMPAIGN.format(name="synthid", cid="S", build=build, extra=SYNTHID))
+    (tmp_path / "test_engine.py").write_text(TESTS)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_engine.py"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    out = proc.stdout
+    assert proc.returncode == 1 and "1 failed, 1 passed" in out, out[-3000:]
+    assert "test_synthid_fails" in out and "FAILS" in out and "SynthIDTextWatermarkLogitsProcessor" in out
