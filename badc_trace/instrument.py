@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import itertools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -125,7 +126,22 @@ class BaseInstrumentor:
         if not force:
             self.check_version()
         self.sink = sink or TraceSink()
+        self._local = threading.local()  # the request in progress, per thread
+        self._ids = itertools.count()  # request ids (campaign workers set draw indices)
         self._instrument(self.sink)
+
+    @property
+    def _req(self) -> Any:
+        """The request in progress on this thread (an engine module's request object), or None."""
+        return getattr(self._local, "req", None)
+
+    def _crash(self, req: Any, where: str, e: BaseException) -> None:
+        """Record an exception; the request's outcome becomes a crash named after its first one."""
+        self.sink.count("crashes")
+        if req is not None and req.crash is None:
+            req.crash = type(e).__name__
+        self.sink.emit({"type": "crash", "req": None if req is None else req.id, "where": where,
+                        "exc": type(e).__name__, "message": str(e)[:500]})
 
     def uninstrument(self) -> None:
         for owner, name, original in reversed(self._patched):

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from badc_replay.arms import ArmResult
+from badc_replay.enumeration import Choose, ExactLaw, enumerate_law
 from badc_trace.outcomes import format_outcome
 
 # ---------------------------------------------------------------------------------------------
@@ -333,20 +335,6 @@ class Harness:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Branch(Exception):
-    def __init__(self, law: np.ndarray):
-        self.law = law
-
-
-@dataclass(frozen=True)
-class ExactLaw:
-    law: dict[str, float]
-    paths: int  # engine runs enumerated
-    speculative: bool
-    processor_view: str
-    postcheck_view: str
-
-
 class LogitOracle:
     """Model logits at a logical prefix, evaluated as speculation-off decoding does: the prompt in one
     batch, then one token per step. Cached per prefix; the same floats feed every law of a config, so
@@ -405,7 +393,7 @@ class KernelAdapter:
         self.h = Harness(cfg, speculative)
         self.params = cfg.params()
         self.oracle = LogitOracle(self.h)
-        self._script: tuple[int, ...] = ()
+        self._choose: Choose | None = None
         self._accepted: list[int] = []
         self._install()
 
@@ -426,11 +414,7 @@ class KernelAdapter:
                     logits[:] = p(ids, logits)
             grammar = kw.get("grammar")
             allowed = None if grammar is None else grammar_mask(llm, grammar, adapter._accepted)
-            law = mirror_chain(logits, adapter.params, adapter._accepted, allowed)
-            j = len(adapter._accepted)
-            if j >= len(adapter._script):
-                raise _Branch(law)
-            tok = adapter._script[j]
+            tok = adapter._choose(mirror_chain(logits, adapter.params, adapter._accepted, allowed))
             adapter._accepted.append(tok)
             return tok
 
@@ -451,29 +435,14 @@ class KernelAdapter:
 
         return check
 
-    def _run(self, script: tuple[int, ...]) -> str:
-        self._script = script
+    def _run(self, choose: Choose) -> str:
+        self._choose = choose
         self._accepted = []
         wrap = self._logical_postcheck if self.postcheck_view == "logical" else None
         return self.h.call(seed=0, wrap_stop=wrap)
 
     def exact_law(self, max_paths: int = 200_000) -> ExactLaw:
-        law: dict[str, float] = {}
-        stack: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
-        paths = 0
-        while stack:
-            script, prob = stack.pop()
-            paths += 1
-            if paths > max_paths:
-                raise RuntimeError(f"config {self.cfg.id}: more than {max_paths} paths to enumerate")
-            try:
-                outcome = self._run(script)
-            except _Branch as b:
-                for y in np.flatnonzero(b.law > 0):
-                    stack.append((script + (int(y),), prob * float(b.law[y])))
-                continue
-            law[outcome] = law.get(outcome, 0.0) + prob
-        return ExactLaw(law, paths, self.speculative, self.processor_view, self.postcheck_view)
+        return enumerate_law(self._run, max_paths, what=f"config {self.cfg.id}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,17 +489,6 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any]) -> l
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class ArmResult:
-    outcomes: dict[str, int]
-    proposed: int
-    accepted: int
-    violations: int  # draws (requests) whose replay found a contract violation
-    contract: dict[str, Any] | None
-    counters: dict[str, int]
-    records: dict[str, Any] | None = None  # channel R counts: draws, mismatch, positions
-
-
 def check_records(trace_path: str, oracle: LogitOracle) -> dict[str, Any]:
     """D4: each returned `token_logprobs[j]` against its documented value, the log-softmax of the raw
     model logits at the token's logical prefix (llama.py: `Llama.logits_to_logprobs(self._scores)`)."""
@@ -568,52 +526,33 @@ def check_records(trace_path: str, oracle: LogitOracle) -> dict[str, Any]:
 
 def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
             level: str = "calls", repair: str | None = None, start: int = 0,
-            progress: Callable[[int], None] | None = None, seed_arm: str | None = None, seal: str = "") -> ArmResult:
+            progress: Callable[[int], None] | None = None, seed_arm: str | None = None,
+            seal: str = "") -> ArmResult:
     """Draws `start .. start + draws - 1` of one arm (`on`, `off` or `repaired`), probed and traced;
     the trace is replayed against the contract when written at level calls or full. `seed_arm` draws
     with another arm's seeds (a repaired arm on the on-arm's seeds, for `badc diff`)."""
-    import itertools
-    from collections import Counter
-
-    from badc_replay.contract import replay_trace
+    from badc_replay.arms import ArmSpec, collect_arm
     from badc_replay.repairs import load_intervention
     from badc_trace.engines.llama_cpp import LlamaCppInstrumentor
-    from badc_trace.format import TraceWriter
-    from badc_trace.instrument import TraceSink
-    from badc_trace.seeds import draw_seed
 
-    writer = None
-    if trace_path is not None:
-        writer = TraceWriter(trace_path, engine="llama_cpp", build=engine_version(), seal=seal,
-                             config={"id": cfg.id, "arm": arm, "processors": cfg.processors,
-                                     "stopping": cfg.stopping})
-    sink = TraceSink(writer, level if writer else "counts")
-    probe = LlamaCppInstrumentor()
-    probe.instrument(sink)
-    probe._ids = itertools.count(start)  # request ids are draw indices across shards
-    try:
-        h = Harness(cfg, speculative=not arm.startswith("off"))
+    made: dict[str, Harness] = {}
+
+    def setup() -> tuple[Callable[[int], str], None]:
+        h = made["h"] = Harness(cfg, speculative=not arm.startswith("off"))
         if repair is not None:
             load_intervention(repair).apply(h.llm)
-        outcomes: Counter[str] = Counter()
-        for i in range(start, start + draws):
-            outcomes[h.draw(draw_seed(campaign_seed, cfg.id, seed_arm or arm, i))] += 1
-            if progress is not None and (i - start + 1) % 1000 == 0:
-                progress(i - start + 1)
-    finally:
-        probe.uninstrument()
-        sink.close()
-    contract = None
-    violations = 0
+        return h.draw, None
+
     records = None
-    if trace_path is not None and level != "counts":
-        res = replay_trace(trace_path)
-        contract = res.to_dict()
-        violations = len(res.violating_requests)
-        if cfg.sampling.get("logprobs") is not None:
-            records = check_records(trace_path, LogitOracle(h))
-    return ArmResult(dict(outcomes), sink.counters["proposed"], sink.counters["accepted"], violations, contract,
-                     dict(sink.counters), records)
+    if cfg.sampling.get("logprobs") is not None:
+        def records(path: str) -> dict[str, Any]:
+            return check_records(path, LogitOracle(made["h"]))
+
+    return collect_arm(ArmSpec(cfg.id, arm, draws, campaign_seed, start, seed_arm), LlamaCppInstrumentor(), setup,
+                       engine="llama_cpp", build=engine_version(), level=level, seal=seal, trace_path=trace_path,
+                       trace_config={"id": cfg.id, "arm": arm, "processors": cfg.processors,
+                                     "stopping": cfg.stopping},
+                       progress=progress, progress_every=1000, records=records)
 
 
 def engine_version() -> str:

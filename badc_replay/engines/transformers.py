@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from badc_replay.arms import ArmResult
+from badc_replay.enumeration import Branch, Choose, ExactLaw, enumerate_law
 from badc_trace.outcomes import format_outcome, parse_outcome
 
 SCORE_TOLERANCE = 1e-4  # float32 scores from block and step evaluation differ by ~1e-6
@@ -185,52 +187,9 @@ class Harness:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Branch(Exception):
-    def __init__(self, law: np.ndarray):
-        self.law = law
-
-
 class _Captured(Exception):
     def __init__(self, processors: Any, stopping: Any):
         self.processors, self.stopping = processors, stopping
-
-
-@dataclass(frozen=True)
-class ExactLaw:
-    law: dict[str, float]
-    paths: int
-
-
-def enumerate_law(run: Callable[[Callable[[np.ndarray], int]], str], max_paths: int = 200_000,
-                  what: str = "") -> ExactLaw:
-    """Exact law of a program whose only randomness is `choose(probs) -> token`, by scripted
-    depth-first enumeration: each path runs the program again with a longer script."""
-    law: dict[str, float] = {}
-    stack: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
-    paths = 0
-    while stack:
-        script, prob = stack.pop()
-        paths += 1
-        if paths > max_paths:
-            raise RuntimeError(f"{what}: more than {max_paths} paths to enumerate")
-        pos = [0]
-
-        def choose(probs: np.ndarray, script: tuple[int, ...] = script, pos: list[int] = pos) -> int:
-            if pos[0] >= len(script):
-                raise _Branch(probs)
-            pos[0] += 1
-            return script[pos[0] - 1]
-
-        try:
-            outcome = run(choose)
-        except _Branch as b:
-            p = np.asarray(b.law, dtype=np.float64)
-            p = p / p.sum()
-            for y in np.flatnonzero(p > 0):
-                stack.append((script + (int(y),), prob * float(p[y])))
-            continue
-        law[outcome] = law.get(outcome, 0.0) + prob
-    return ExactLaw(law, paths)
 
 
 class Kernel:
@@ -341,16 +300,16 @@ class Kernel:
         original = torch.multinomial
         h = self.h
 
-        def run(choose: Callable[[np.ndarray], int]) -> str:
+        def run(choose: Choose) -> str:
             def multinomial(probs: Any, num_samples: int = 1, *a: Any, **k: Any) -> Any:
-                row = probs.reshape(-1, probs.shape[-1])
-                return torch.tensor([[choose(row[0].double().numpy())]])
+                row = probs.reshape(-1, probs.shape[-1])[0].double().numpy()
+                return torch.tensor([[choose(row / row.sum())]])
 
             torch.multinomial = multinomial
             try:
                 with torch.no_grad():
                     out = h.model.generate(h.input_ids, **h.call_kwargs())
-            except _Branch:
+            except Branch:
                 raise
             except Exception as e:
                 return format_outcome([], f"crash:{type(e).__name__}")
@@ -421,7 +380,7 @@ class AssistedSimulator:
                 return chosen if cut is None else chosen[:cut]
         return []
 
-    def run(self, choose: Callable[[np.ndarray], int]) -> str:
+    def run(self, choose: Choose) -> str:
         import torch
 
         from badc_trace.engines.transformers import outcome_of
@@ -448,7 +407,8 @@ class AssistedSimulator:
                     prefix = ids + cand[:i]
                     s = (procs(torch.tensor([prefix]), k.logits(prefix).reshape(1, -1))[0] if persistent
                          else k.processed(prefix))
-                    rows.append(torch.softmax(s.float(), -1).double().numpy())
+                    row = torch.softmax(s.float(), -1).double().numpy()
+                    rows.append(row / row.sum())
                 block: list[int] = []
                 for i, row in enumerate(rows):
                     y = choose(row)
@@ -467,10 +427,10 @@ class AssistedSimulator:
                 if stop(ids):
                     return outcome_of(ids[len(k.prompt):], self.eos, k.cfg.max_new_tokens)
 
-    def run_or_crash(self, choose: Callable[[np.ndarray], int]) -> str:
+    def run_or_crash(self, choose: Choose) -> str:
         try:
             return self.run(choose)
-        except _Branch:
+        except Branch:
             raise
         except Exception as e:  # e.g. xgrammar's matcher asserting on a token it was fed twice
             return format_outcome([], f"crash:{type(e).__name__}")
@@ -689,64 +649,28 @@ def check_records(trace_path: str, kernel: Kernel) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class ArmResult:
-    outcomes: dict[str, int]
-    proposed: int
-    accepted: int
-    violations: int  # draws (requests) whose replay found a contract violation
-    contract: dict[str, Any] | None
-    counters: dict[str, int]
-    records: dict[str, Any] | None = None  # channel R counts: draws, mismatch, positions
-
-
 def collect(cfg: TransformersConfig, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
             level: str = "full", repair: str | None = None, start: int = 0,
-            progress: Callable[[int], None] | None = None, seed_arm: str | None = None, seal: str = "") -> ArmResult:
+            progress: Callable[[int], None] | None = None, seed_arm: str | None = None,
+            seal: str = "") -> ArmResult:
     """Draws `start .. start + draws - 1` of one arm (`off*` without speculation, `on*`, `repaired`),
     probed and traced; the trace is replayed against the contract (D2 needs level `full`)."""
-    import itertools
-    from collections import Counter
     from dataclasses import asdict
 
-    from badc_replay.contract import replay_trace
+    from badc_replay.arms import ArmSpec, collect_arm
     from badc_replay.repairs import load_intervention
     from badc_trace.engines.transformers import TransformersInstrumentor
-    from badc_trace.format import TraceWriter
-    from badc_trace.instrument import TraceSink
-    from badc_trace.seeds import draw_seed
 
-    writer = None
-    if trace_path is not None:
-        writer = TraceWriter(trace_path, engine="transformers", build=engine_version(), seal=seal,
-                             config={**asdict(cfg), "arm": arm})
-    sink = TraceSink(writer, level if writer else "counts")
-    probe = TransformersInstrumentor()
-    probe.instrument(sink)
-    probe._ids = itertools.count(start)  # request ids are draw indices across shards
-    undo = None
-    try:
+    def setup() -> tuple[Callable[[int], str], Any]:
         h = Harness(cfg, speculative=not arm.startswith("off"))
-        if repair is not None:
-            undo = load_intervention(repair).apply(h.model)
-        outcomes: Counter[str] = Counter()
-        for i in range(start, start + draws):
-            outcomes[h.draw(draw_seed(campaign_seed, cfg.id, seed_arm or arm, i))] += 1
-            if progress is not None and (i - start + 1) % 500 == 0:
-                progress(i - start + 1)
-    finally:
-        probe.uninstrument()
-        sink.close()
-        if callable(undo):
-            undo()
-    contract = None
-    violations = 0
+        return h.draw, (load_intervention(repair).apply(h.model) if repair is not None else None)
+
     records = None
-    if trace_path is not None and level != "counts":
-        res = replay_trace(trace_path)
-        contract = res.to_dict()
-        violations = len(res.violating_requests)
-        if cfg.generation.get("output_scores") or cfg.generation.get("output_logits"):
-            records = check_records(trace_path, Kernel(cfg))
-    return ArmResult(dict(outcomes), sink.counters["proposed"], sink.counters["accepted"], violations, contract,
-                     dict(sink.counters), records)
+    if cfg.generation.get("output_scores") or cfg.generation.get("output_logits"):
+        def records(path: str) -> dict[str, Any]:
+            return check_records(path, Kernel(cfg))
+
+    return collect_arm(ArmSpec(cfg.id, arm, draws, campaign_seed, start, seed_arm), TransformersInstrumentor(), setup,
+                       engine="transformers", build=engine_version(), level=level, seal=seal, trace_path=trace_path,
+                       trace_config={**asdict(cfg), "arm": arm}, progress=progress, progress_every=500,
+                       records=records)

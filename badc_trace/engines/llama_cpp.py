@@ -24,8 +24,6 @@ adds scores.
 from __future__ import annotations
 
 import inspect
-import itertools
-import threading
 from typing import Any
 
 import numpy as np
@@ -73,8 +71,6 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         import llama_cpp.llama as llama
         import llama_cpp.llama_speculative as speculative
 
-        self._local = threading.local()
-        self._ids = itertools.count()
         self.last_request: _Request | None = None
         self._cc_sig = inspect.signature(llama.Llama.create_completion)
         self._gen_sig = inspect.signature(llama.Llama.generate)
@@ -85,10 +81,6 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         self._wrap(internals.LlamaContext, "kv_cache_seq_rm", self._kv_rm)
 
     # -- request bookkeeping -------------------------------------------------------------------
-    @property
-    def _req(self) -> _Request | None:
-        return getattr(self._local, "req", None)
-
     def _start(self, api: str, instance: Any, bound: inspect.BoundArguments) -> _Request:
         req = _Request(next(self._ids), api)
         self._local.req = req
@@ -197,12 +189,6 @@ class LlamaCppInstrumentor(BaseInstrumentor):
             self.sink.emit({"type": "kv_rm", "req": req.id, "p0": p0, "p1": p1, "ok": bool(out)})
         return out
 
-    def _crash(self, req: _Request | None, where: str, e: BaseException) -> None:
-        self.sink.count("crashes")
-        if req is not None and req.crash is None:
-            req.crash = type(e).__name__
-        self.sink.emit({"type": "crash", "req": None if req is None else req.id, "where": where,
-                        "exc": type(e).__name__, "message": str(e)[:500]})
 
 
 class _RecordingProcessor:

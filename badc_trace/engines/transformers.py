@@ -24,8 +24,6 @@ adds scores.
 
 from __future__ import annotations
 
-import itertools
-import threading
 from typing import Any
 
 import numpy as np
@@ -98,8 +96,6 @@ class TransformersInstrumentor(BaseInstrumentor):
         from transformers.generation import stopping_criteria as sc
         from transformers.generation.utils import GenerationMixin
 
-        self._local = threading.local()
-        self._ids = itertools.count()
         self._element_owners: set[type] = set()
         self.last_request: _Request | None = None
         self._wrap(GenerationMixin, "generate", self._generate)
@@ -110,10 +106,6 @@ class TransformersInstrumentor(BaseInstrumentor):
         self._wrap(lp.LogitsProcessorList, "__call__", self._list_call)
         self._wrap(sc.StoppingCriteriaList, "__call__", self._stop_call)
         self._wrap(Cache, "crop", self._crop)
-
-    @property
-    def _req(self) -> _Request | None:
-        return getattr(self._local, "req", None)
 
     # -- generate() ------------------------------------------------------------------------------
     def _generate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -290,10 +282,3 @@ class TransformersInstrumentor(BaseInstrumentor):
             self.sink.emit({"type": "crop", "req": req.id, "depth": req.depth, "arg": int(arg),
                             "arg_type": type(arg).__name__})
         return out
-
-    def _crash(self, req: _Request | None, where: str, e: BaseException) -> None:
-        self.sink.count("crashes")
-        if req is not None and req.crash is None:
-            req.crash = type(e).__name__
-        self.sink.emit({"type": "crash", "req": None if req is None else req.id, "where": where,
-                        "exc": type(e).__name__, "message": str(e)[:500]})
