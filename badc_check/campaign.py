@@ -6,8 +6,8 @@ Campaign file: DESIGN.md ("Campaign file"), plus an optional `[defaults]` table 
 A job's result is a file written atomically; a job whose file exists is never run again. So a worker
 that dies, an engine that crashes the process, or an interrupted campaign loses only the shards in
 flight, and running the same command again completes the sealed roster (each draw's seed is a
-function of the campaign seed, config, arm and index). Configs of engines without a campaign worker
-are reported INCONCLUSIVE with the reason, never dropped.
+function of the campaign seed, config, arm and index). Configs whose build is not declared or not set
+up are reported INCONCLUSIVE with the reason, never dropped.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from badc_check.channels import RecordArm
 from badc_check.confirmation import confirm_repair
 from badc_check.decide import INCONCLUSIVE, Arm, Config, ConfigDecision, decide
 
-ENGINES_WITH_WORKERS = {"llama_cpp", "transformers"}
 # Trace level of decision arms: transformers' D2 replay compares each processor's recorded scores.
 TRACE_LEVEL = {"transformers": "full"}
 ROLES = ("probe", "negative-control", "positive-control")
@@ -91,6 +90,8 @@ def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: 
         for key in ("id", "engine", "build"):
             if not isinstance(merged.get(key), str) or not merged[key]:
                 raise CampaignError(f"{where}: field {key!r} must be a non-empty string")
+        if not isinstance(merged.get("confirm_draws", 0), int) or merged.get("confirm_draws", 0) < 0:
+            raise CampaignError(f"{where} ({merged['id']}): confirm_draws must be a non-negative integer")
         if merged.get("role", "probe") not in ROLES:
             raise CampaignError(f"{where} ({merged['id']}): role must be one of {', '.join(ROLES)}")
         configs.append(merged)
@@ -195,11 +196,17 @@ def plan(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
     level = TRACE_LEVEL.get(config["engine"], "calls")
     arm("off", campaign.draws, level)
     arm("on", campaign.draws, level)
-    if campaign.confirm_draws and config.get("repair"):
-        arm("off-confirm", campaign.confirm_draws, "counts")
-        arm("on-confirm", campaign.confirm_draws, "counts")
-        arm("repaired", campaign.confirm_draws, level, config["repair"])
+    confirm = confirm_draws(campaign, config)
+    if confirm:
+        arm("off-confirm", confirm, "counts")
+        arm("on-confirm", confirm, "counts")
+        arm("repaired", confirm, level, config["repair"])
     return jobs
+
+
+def confirm_draws(campaign: Campaign, config: dict[str, Any]) -> int:
+    """Draws per confirmation arm of a config with a repair: its own `confirm_draws`, else the campaign's."""
+    return int(config.get("confirm_draws", campaign.confirm_draws)) if config.get("repair") else 0
 
 
 # -- progress ------------------------------------------------------------------------------------
@@ -391,7 +398,7 @@ def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, 
     object.__setattr__(d, "contract", on["contract"])
     if "repaired" in arms:
         frozen = [f"A_H({hyp['id']})"] if hyp else [d.channel_s.argmax_crash_free]
-        n_conf = sum(1 for c in campaign.configs if c.get("repair"))
+        n_conf = sum(1 for c in campaign.configs if confirm_draws(campaign, c))
         r = confirm_repair(config["repair"], cfg.family(), frozen, laws["reference"], predicates,
                            arms["off-confirm"]["outcomes"], arms["on-confirm"]["outcomes"],
                            arms["repaired"]["outcomes"], proposed_on=arms["on-confirm"]["proposed"],
@@ -429,9 +436,6 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     plans: dict[str, list[Job]] = {}
     pythons: dict[str, str] = {}
     for c in campaign.configs:
-        if c["engine"] not in ENGINES_WITH_WORKERS:
-            results[c["id"]] = _inconclusive(c, f"no campaign worker for engine {c['engine']!r} yet")
-            continue
         try:
             inline = executor == "inline"
             pythons[c["id"]] = sys.executable if inline else str(build_for(c["engine"], c["build"]).python)

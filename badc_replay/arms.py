@@ -42,9 +42,10 @@ class ArmSpec:
 def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tuple[Callable[[int], str], Any]], *,
                 engine: str, build: str, trace_config: dict[str, Any], trace_path: str | None, level: str,
                 seal: str = "", progress: Callable[[int], None] | None = None, progress_every: int = 1000,
-                records: Callable[[str], dict[str, Any]] | None = None) -> ArmResult:
+                records: Callable[[str], dict[str, Any]] | None = None, batch: int = 1) -> ArmResult:
     """`setup()` builds the engine under the probe and returns (draw(seed) -> outcome, undo or None);
-    `records(trace_path)` checks returned records (channel R) after the contract replay."""
+    with `batch` > 1, draw takes a list of at most `batch` seeds and returns their outcomes (engines that
+    batch requests). `records(trace_path)` checks returned records (channel R) after the contract replay."""
     writer = None
     if trace_path is not None:
         writer = TraceWriter(trace_path, engine=engine, build=build, seal=seal, config=trace_config)
@@ -55,10 +56,14 @@ def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tupl
     try:
         draw, undo = setup()
         outcomes: Counter[str] = Counter()
-        for i in range(spec.start, spec.start + spec.draws):
-            outcomes[draw(draw_seed(spec.campaign_seed, spec.config_id, spec.seed_arm or spec.arm, i))] += 1
-            if progress is not None and (i - spec.start + 1) % progress_every == 0:
-                progress(i - spec.start + 1)
+        end = spec.start + spec.draws
+        for lo in range(spec.start, end, batch):
+            seeds = [draw_seed(spec.campaign_seed, spec.config_id, spec.seed_arm or spec.arm, i)
+                     for i in range(lo, min(lo + batch, end))]
+            outcomes.update(draw(seeds) if batch > 1 else [draw(seeds[0])])
+            done = min(lo + batch, end) - spec.start
+            if progress is not None and (done % progress_every == 0 or done == spec.draws):
+                progress(done)
     finally:
         probe.uninstrument()
         sink.close()

@@ -91,7 +91,7 @@ def replay_trace(path: str, *, allow_torn_tail: bool = True) -> ContractResult:
         context, result.unchecked = module.replay_context(reader.header)
     for rid, records in _requests(reader):
         result.requests += 1
-        result.calls += sum(1 for r in records if r["type"] in ("processor", "stop_check", "sample"))
+        result.calls += sum(1 for r in records if r["type"] in ("processor", "stop_check", "sample", "step"))
         found = module.check_request(records, config, context) if context is not None else \
             module.check_request(records, config)
         for v in found:

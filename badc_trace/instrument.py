@@ -101,13 +101,14 @@ class BaseInstrumentor:
         if cls not in BaseInstrumentor._instances:
             inst = super().__new__(cls)
             inst._patched = []
+            inst._on = False
             inst.sink = None
             BaseInstrumentor._instances[cls] = inst
         return BaseInstrumentor._instances[cls]
 
     @property
     def is_instrumented(self) -> bool:
-        return bool(self._patched)
+        return self._on
 
     def installed_version(self) -> str:
         return importlib.metadata.version(self.package)
@@ -128,6 +129,7 @@ class BaseInstrumentor:
         self.sink = sink or TraceSink()
         self._local = threading.local()  # the request in progress, per thread
         self._ids = itertools.count()  # request ids (campaign workers set draw indices)
+        self._on = True
         self._instrument(self.sink)
 
     @property
@@ -147,6 +149,7 @@ class BaseInstrumentor:
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched.clear()
+        self._on = False
         self.sink = None
 
     def _wrap(self, owner: Any, name: str, wrapper: Callable) -> None:

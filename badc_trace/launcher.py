@@ -2,8 +2,9 @@
 
 Runs any program with every supported engine instrumented from import time on: the program is
 unmodified; a sitecustomize on PYTHONPATH registers post-import hooks that install the probes when
-an engine module is first imported. Each process writes its own trace: the first one FILE, any
-other FILE with its process id before the suffix. Replay it with `badc replay FILE`.
+an engine module is first imported. Each engine that records anything writes its own trace, in each
+process: the first one FILE, any other FILE with its process id before the suffix. Replay it with
+`badc replay FILE`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 HOOKS = {"llama_cpp.llama": ("badc_trace.engines.llama_cpp", "LlamaCppInstrumentor"),
-         "transformers.generation.utils": ("badc_trace.engines.transformers", "TransformersInstrumentor")}
+         "transformers.generation.utils": ("badc_trace.engines.transformers", "TransformersInstrumentor"),
+         "vllm.entrypoints.llm": ("badc_trace.engines.vllm", "VllmInstrumentor")}
 _SITE = Path(__file__).with_name("autoinstrument")
 
 
@@ -30,10 +33,28 @@ def _claim(path: str) -> str:
         return f"{stem}.{os.getpid()}.{suffix}" if dot else f"{path}.{os.getpid()}"
 
 
+class _LazyWriter:
+    """Opens its trace at the first record: an engine that is only imported (vLLM imports
+    transformers) leaves no trace, and FILE goes to the first engine that records anything."""
+
+    def __init__(self, make: Any):
+        self.make, self.writer = make, None
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.writer is None:
+            if record.get("type") == "counts" and not record.get("requests"):  # an engine that saw no request
+                return
+            self.writer = self.make()
+        self.writer.write(record)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
 def activate() -> None:
     """Register the post-import hooks (called from the sitecustomize in each traced process)."""
     import importlib
-    import importlib.metadata
 
     import wrapt
 
@@ -42,14 +63,14 @@ def activate() -> None:
 
     out, level = os.environ["BADC_TRACE_OUT"], os.environ.get("BADC_TRACE_LEVEL", "calls")
 
-    def hook_for(module_name: str, cls_name: str, package: str):
+    def hook_for(module_name: str, cls_name: str):
         def install(_module: object) -> None:
             instrumentor = getattr(importlib.import_module(module_name), cls_name)()
             if instrumentor.is_instrumented:
                 return
             engine = module_name.rsplit(".", 1)[1]
-            writer = TraceWriter(_claim(out), engine=engine, build=importlib.metadata.version(package),
-                                 config={"argv": sys.argv, "pid": os.getpid()}, seal="")
+            writer = _LazyWriter(lambda: TraceWriter(_claim(out), engine=engine, build=instrumentor.installed_version(),
+                                                     config={"argv": sys.argv, "pid": os.getpid()}, seal=""))
             sink = TraceSink(writer, level)
             instrumentor.instrument(sink)
 
@@ -61,9 +82,8 @@ def activate() -> None:
 
         return install
 
-    packages = {"badc_trace.engines.llama_cpp": "llama-cpp-python", "badc_trace.engines.transformers": "transformers"}
     for target, (module_name, cls_name) in HOOKS.items():
-        wrapt.register_post_import_hook(hook_for(module_name, cls_name, packages[module_name]), target)
+        wrapt.register_post_import_hook(hook_for(module_name, cls_name), target)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         os.remove(out)  # a new run, a new trace
     env = dict(os.environ, BADC_TRACE_OUT=out, BADC_TRACE_LEVEL=args.level,
                PYTHONPATH=os.pathsep.join(p for p in (str(_SITE), os.environ.get("PYTHONPATH", "")) if p))
+    # vLLM's model runner is only in reach of the probes with the engine core in-process; a program
+    # that sets this variable itself keeps its own choice.
+    env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     try:
         code = subprocess.call(command, env=env)
     except FileNotFoundError:

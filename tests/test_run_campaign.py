@@ -68,7 +68,7 @@ def _arm_counts(out: Path, cid: str, arm: str) -> dict:
 
 
 def test_run_writes_report_plots_and_refuses_changed_inputs(tmp_path):
-    path = _write(tmp_path, CAMPAIGN.format(other="vllm"))
+    path = _write(tmp_path, CAMPAIGN.format(other="sglang"))
     out = tmp_path / "out"
     report = run_campaign(load_campaign(path), out, workers=2, log=lambda m: None)
     by_id = {c["id"]: c for c in report["configs"]}
@@ -77,7 +77,7 @@ def test_run_writes_report_plots_and_refuses_changed_inputs(tmp_path):
     assert by_id["PAR"]["contract"]["first_violation"]["kind"] == "D1"
     assert by_id["PAR"]["draws"] == {"on": 1500, "off": 1500}
     other = by_id["OTHER-ENGINE"]
-    assert other["decision"] == "INCONCLUSIVE" and "no campaign worker" in other["reasons"][0]
+    assert other["decision"] == "INCONCLUSIVE" and "no build 'sglang-9.9' is declared" in other["reasons"][0]
     assert report["m"] == 3 and report["interrupted"] is False
     saved = json.loads((out / "report.json").read_text())
     assert saved["seal"] == report["seal"] == json.loads((out / "seal.json").read_text())["seal"]
@@ -92,10 +92,10 @@ def test_run_writes_report_plots_and_refuses_changed_inputs(tmp_path):
     assert again["jobs_reused"] == report["jobs_reused"] + 2 * (1 + 3 + 3)
     assert [c["decision"] for c in again["configs"]] == [c["decision"] for c in report["configs"]]
     # A changed input under the seal is refused, naming what changed.
-    changed = _write(tmp_path, CAMPAIGN.format(other="vllm").replace("threshold = 0.01", "threshold = 0.02"))
+    changed = _write(tmp_path, CAMPAIGN.format(other="sglang").replace("threshold = 0.01", "threshold = 0.02"))
     with pytest.raises(CampaignError, match="settings"):
         run_campaign(load_campaign(changed), out, **QUIET)
-    edited = _write(tmp_path, CAMPAIGN.format(other="vllm").replace('id = "PAR"\n', 'id = "PAR"\nmax_new_tokens = 3\n'))
+    edited = _write(tmp_path, CAMPAIGN.format(other="sglang").replace('id = "PAR"\n', 'id = "PAR"\nmax_new_tokens = 3\n'))
     with pytest.raises(CampaignError, match="config PAR"):
         run_campaign(load_campaign(edited), out, **QUIET)
 
@@ -115,7 +115,7 @@ def _worker_pids(arm: str, out: Path) -> list[int]:
 
 
 def test_killed_workers_and_an_interrupted_campaign_lose_nothing_and_count_nothing_twice(tmp_path):
-    text = CAMPAIGN.format(other="vllm").replace("draws = 1500", "draws = 3000")
+    text = CAMPAIGN.format(other="sglang").replace("draws = 1500", "draws = 3000")
     path = _write(tmp_path, text)
     reference = tmp_path / "reference"
     run_campaign(load_campaign(path), reference, workers=2, **QUIET)
@@ -160,7 +160,7 @@ def test_killed_workers_and_an_interrupted_campaign_lose_nothing_and_count_nothi
 
 def test_ray_executor_on_a_local_cluster_gives_the_same_draws(tmp_path):
     ray = pytest.importorskip("ray")
-    path = _write(tmp_path, CAMPAIGN.format(other="vllm").replace("draws = 1500", "draws = 500"))
+    path = _write(tmp_path, CAMPAIGN.format(other="sglang").replace("draws = 1500", "draws = 500"))
     local = tmp_path / "local"
     run_campaign(load_campaign(path), local, workers=2, **QUIET)
     try:
@@ -182,7 +182,7 @@ def test_builtin_keeps_the_configs_of_installed_builds_only(tmp_path):
     installed = {f"{b.engine}-{b.version}" for b in load_builds().values() if b.installed}
     assert all(f"{c['engine']}-{c['build']}" in installed for c in kept.configs)
     assert len(kept.configs) + sum(m.count("(") for m in said) == len(builtin.configs)
-    nothing = load_campaign(_write(tmp_path, CAMPAIGN.format(other="vllm").replace('build = "0.3.36"',
+    nothing = load_campaign(_write(tmp_path, CAMPAIGN.format(other="sglang").replace('build = "0.3.36"',
                                                                                    'build = "0.0.1"')))
     with pytest.raises(CampaignError, match="no engine build is set up"):
         installed_only(nothing, log=said.append)

