@@ -95,7 +95,8 @@ def test_run_writes_report_plots_and_refuses_changed_inputs(tmp_path):
     changed = _write(tmp_path, CAMPAIGN.format(other="sglang").replace("threshold = 0.01", "threshold = 0.02"))
     with pytest.raises(CampaignError, match="settings"):
         run_campaign(load_campaign(changed), out, **QUIET)
-    edited = _write(tmp_path, CAMPAIGN.format(other="sglang").replace('id = "PAR"\n', 'id = "PAR"\nmax_new_tokens = 3\n'))
+    edited = _write(tmp_path, CAMPAIGN.format(other="sglang").replace('id = "PAR"\n',
+                                                                       'id = "PAR"\nmax_new_tokens = 3\n'))
     with pytest.raises(CampaignError, match="config PAR"):
         run_campaign(load_campaign(edited), out, **QUIET)
 
