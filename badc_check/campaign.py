@@ -90,8 +90,6 @@ def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: 
         for key in ("id", "engine", "build"):
             if not isinstance(merged.get(key), str) or not merged[key]:
                 raise CampaignError(f"{where}: field {key!r} must be a non-empty string")
-        if not isinstance(merged.get("confirm_draws", 0), int) or merged.get("confirm_draws", 0) < 0:
-            raise CampaignError(f"{where} ({merged['id']}): confirm_draws must be a non-negative integer")
         if merged.get("role", "probe") not in ROLES:
             raise CampaignError(f"{where} ({merged['id']}): role must be one of {', '.join(ROLES)}")
         configs.append(merged)
@@ -196,17 +194,11 @@ def plan(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
     level = TRACE_LEVEL.get(config["engine"], "calls")
     arm("off", campaign.draws, level)
     arm("on", campaign.draws, level)
-    confirm = confirm_draws(campaign, config)
-    if confirm:
-        arm("off-confirm", confirm, "counts")
-        arm("on-confirm", confirm, "counts")
-        arm("repaired", confirm, level, config["repair"])
+    if campaign.confirm_draws and config.get("repair"):
+        arm("off-confirm", campaign.confirm_draws, "counts")
+        arm("on-confirm", campaign.confirm_draws, "counts")
+        arm("repaired", campaign.confirm_draws, level, config["repair"])
     return jobs
-
-
-def confirm_draws(campaign: Campaign, config: dict[str, Any]) -> int:
-    """Draws per confirmation arm of a config with a repair: its own `confirm_draws`, else the campaign's."""
-    return int(config.get("confirm_draws", campaign.confirm_draws)) if config.get("repair") else 0
 
 
 # -- progress ------------------------------------------------------------------------------------
@@ -398,7 +390,7 @@ def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, 
     object.__setattr__(d, "contract", on["contract"])
     if "repaired" in arms:
         frozen = [f"A_H({hyp['id']})"] if hyp else [d.channel_s.argmax_crash_free]
-        n_conf = sum(1 for c in campaign.configs if confirm_draws(campaign, c))
+        n_conf = sum(1 for c in campaign.configs if c.get("repair"))
         r = confirm_repair(config["repair"], cfg.family(), frozen, laws["reference"], predicates,
                            arms["off-confirm"]["outcomes"], arms["on-confirm"]["outcomes"],
                            arms["repaired"]["outcomes"], proposed_on=arms["on-confirm"]["proposed"],

@@ -141,8 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("campaign", nargs="?", metavar="CAMPAIGN.toml", help="default: the built-in campaign")
     r.add_argument("--out", help="output folder (default: badc-out/CAMPAIGN_NAME)")
     r.add_argument("--draws", type=int, help="draws per arm (default: the campaign's)")
-    r.add_argument("--confirm", type=int, help="draws per arm for repair confirmation (default: the campaign's; a "
-                   "config's own confirm_draws takes precedence)")
+    r.add_argument("--confirm", type=int, help="draws per arm for repair confirmation (default: the campaign's)")
     r.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     r.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local worker processes, or Ray tasks (RAY_ADDRESS selects a cluster; default: a local one)")
