@@ -95,7 +95,7 @@ class VllmInstrumentor(BaseInstrumentor):
         self._pending: dict[int, list[dict[str, Any]]] = {}
         self._wrap(LLM, "generate", self._generate)
         # The engine-side modules are patched when vLLM imports them: importing them before `LLM()`
-        # breaks the CPU platform's kernel registration (and numba's threading layer).
+        # breaks the CPU platform's kernel registration (`_rebind_kernels` in vllm.triton_utils.dispatcher).
         for module, cls, name, wrapper in (
                 ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "_sample", self._sample),
                 ("vllm.v1.sample.sampler", "Sampler", "apply_logits_processors", self._final_rows),
