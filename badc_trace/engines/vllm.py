@@ -98,9 +98,11 @@ class VllmInstrumentor(BaseInstrumentor):
         # breaks the CPU platform's kernel registration (`_rebind_kernels` in vllm.triton_utils.dispatcher).
         for module, cls, name, wrapper in (
                 ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "_sample", self._sample),
-                ("vllm.v1.sample.sampler", "Sampler", "apply_logits_processors", self._final_rows),
-                ("vllm.v1.sample.rejection_sampler", "RejectionSampler", "apply_logits_processors", self._verify_rows),
-                ("vllm.v1.sample.rejection_sampler", None, "apply_sampling_constraints", self._verify_constraints),
+                ("vllm.v1.sample.sampler", "Sampler", "apply_logits_processors", self._rows("final_masks", _masked)),
+                ("vllm.v1.sample.rejection_sampler", "RejectionSampler", "apply_logits_processors",
+                 self._rows("verify_masks", _masked)),
+                ("vllm.v1.sample.rejection_sampler", None, "apply_sampling_constraints",
+                 self._rows("verify_temperature", _temperatures)),
                 ("vllm.v1.spec_decode.ngram_proposer", "NgramProposer", "propose", self._propose)):
             wrapt.register_post_import_hook(self._patch_later(generation, cls, name, wrapper), module)
 
@@ -209,35 +211,18 @@ class VllmInstrumentor(BaseInstrumentor):
             else:
                 self.sink.emit(rec)
 
-    def _final_rows(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        step = getattr(self._local, "step", None)
-        if step is None:
-            return wrapped(*args, **kwargs)
-        logits = args[0] if args else kwargs["logits"]
-        before = logits.clone()
-        out = wrapped(*args, **kwargs)
-        step.final_masks = _masked(before, out)
-        return out
-
-    def _verify_rows(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        step = getattr(self._local, "step", None)
-        if step is None:
-            return wrapped(*args, **kwargs)
-        logits = args[0] if args else kwargs["logits"]
-        before = logits.clone()
-        out = wrapped(*args, **kwargs)
-        step.verify_masks = _masked(before, out)
-        return out
-
-    def _verify_constraints(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        step = getattr(self._local, "step", None)
-        if step is None:
-            return wrapped(*args, **kwargs)
-        logits = args[0] if args else kwargs["logits"]
-        before = logits.clone()  # the function works in place
-        out = wrapped(*args, **kwargs)
-        step.verify_temperature = _temperatures(before, out)
-        return out
+    def _rows(self, field: str, measure: Any) -> Any:
+        """A wrapper for a function that processes a step's logits rows in place: during a sampling step,
+        `measure(before, after)` of the rows goes into the step's `field`."""
+        def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            step = getattr(self._local, "step", None)
+            if step is None:
+                return wrapped(*args, **kwargs)
+            before = (args[0] if args else kwargs["logits"]).clone()  # the rows are changed in place
+            out = wrapped(*args, **kwargs)
+            setattr(step, field, measure(before, out))
+            return out
+        return wrapper
 
     def _propose(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         out = wrapped(*args, **kwargs)
