@@ -204,6 +204,7 @@ class Kernel:
         self._logits: dict[tuple[int, ...], Any] = {}
         self._replayed: dict[tuple[int, tuple[int, ...]], Any] = {}
         self._expected: dict[tuple[int, tuple[int, ...], bytes], np.ndarray] = {}
+        self._stops: dict[tuple[int, ...], bool] = {}
 
     def fresh(self) -> tuple[Any, Any]:
         """(LogitsProcessorList, StoppingCriteriaList) exactly as generate() prepares them for this
@@ -287,11 +288,15 @@ class Kernel:
         return hit
 
     def stop_map(self, ids: list[int] | tuple[int, ...]) -> bool:
+        """Whether fresh stopping criteria stop at `ids` (cached: they are a function of the ids)."""
         import torch
 
-        _, stops = self.fresh()
-        with torch.no_grad():
-            return bool(stops(torch.tensor([list(ids)]), None)[0])
+        key = tuple(ids)
+        if key not in self._stops:
+            _, stops = self.fresh()
+            with torch.no_grad():
+                self._stops[key] = bool(stops(torch.tensor([list(ids)]), None)[0])
+        return self._stops[key]
 
     def exact_law(self) -> ExactLaw:
         """P: the speculation-off engine with `torch.multinomial` scripted."""
@@ -539,17 +544,6 @@ def _score_diff(expected: np.ndarray, seen: np.ndarray) -> float:
     return float(np.max(np.abs(expected[keep].astype(np.float64) - seen[keep]))) if keep.any() else 0.0
 
 
-class _StopMap:
-    def __init__(self, kernel: Kernel):
-        self.kernel, self.cache = kernel, {}
-
-    def __call__(self, ids: list[int]) -> bool:
-        key = tuple(ids)
-        if key not in self.cache:
-            self.cache[key] = self.kernel.stop_map(key)
-        return self.cache[key]
-
-
 def check_request(records: list[dict[str, Any]], config: Mapping[str, Any], context: Kernel | None = None) -> list[Any]:
     """D1: each position's processor call sees its logical prefix (committed ids, plus drafts d1..di at
     verification row i). D2 (kernel): each element's output equals a fresh element replayed along
@@ -565,7 +559,7 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any], cont
         return out
     prompt = req["prompt"]
     draft: dict[str, Any] | None = None
-    stop_map = _StopMap(context) if context is not None else None
+    stop_map = context.stop_map if context is not None else None
     checked_to = len(prompt)
     for i, rec in enumerate(records):
         kind = rec["type"]
