@@ -412,16 +412,22 @@ def _inconclusive(config: dict[str, Any], reason: str) -> dict[str, Any]:
 
 
 def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, executor: str = "local",
-                 log: Callable[[str], None] | None = None, plots: bool = True) -> dict[str, Any]:
+                 log: Callable[[str], None] | None = None, plots: bool = True, partial: bool = False) -> dict[str, Any]:
+    """Run the sealed roster's missing jobs, then decide every config. With `partial`, run nothing:
+    decide the configs whose jobs are all done (with the whole roster's m, so their bounds are the
+    final ones), list the others as pending, and write report-partial.json and .md."""
     out = Path(out)
+    if partial and not (out / "seal.json").exists():
+        raise CampaignError(f"{out} holds no sealed campaign to report on")
     out.mkdir(parents=True, exist_ok=True)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     seal = check_seal(campaign, out)
     marker = out / "RUNNING"
     interrupted_before = marker.exists()
-    if interrupted_before:
-        log(f"{out}: an earlier run was interrupted; completing its sealed roster")
-    marker.write_text(str(os.getpid()))
+    if not partial:
+        if interrupted_before:
+            log(f"{out}: an earlier run was interrupted; completing its sealed roster")
+        marker.write_text(str(os.getpid()))
     start = time.monotonic()
     results: dict[str, dict[str, Any]] = {}
     progress = Progress(log=log)
@@ -435,9 +441,10 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             results[c["id"]] = _inconclusive(c, str(e))
             continue
         plans[c["id"]] = plan(campaign, c)
-        cfg_path = out / "configs" / f"{c['id']}.json"
-        cfg_path.parent.mkdir(exist_ok=True)
-        _write_json(cfg_path, c)
+        if not partial:
+            cfg_path = out / "configs" / f"{c['id']}.json"
+            cfg_path.parent.mkdir(exist_ok=True)
+            _write_json(cfg_path, c)
     reused = sum(1 for jobs in plans.values() for j in jobs if j.output(out).exists())
     for cid, jobs in plans.items():
         for j in jobs:
@@ -447,7 +454,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                     progress.done[(cid, j.arm)] = progress.done.get((cid, j.arm), 0) + j.count
     ex = Executor(executor, workers, progress, log)
     # Laws first (a config without its laws cannot be decided), then every shard, retried on failure.
-    for phase in ("laws", "shard"):
+    for phase in () if partial else ("laws", "shard"):
         for attempt in range(RETRIES + 1):
             todo = [(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed, seal["seal"]))
                     for jobs in plans.values() for j in jobs if j.kind == phase and not j.output(out).exists()]
@@ -458,9 +465,15 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             ex.run(todo, out, campaign.seed, seal["seal"])
     m = len(campaign.configs)
     decided: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}  # laws and merged arms
+    pending: list[dict[str, Any]] = []
     for cid, jobs in plans.items():
         config = jobs[0].config
         missing = [j for j in jobs if not j.output(out).exists()]
+        if missing and partial:
+            arms_done = {arm: f"{progress.done.get((c, arm), 0):,}/{total:,}"
+                         for (c, arm), total in progress.totals.items() if c == cid}
+            pending.append({"id": cid, "laws": jobs[0].output(out).exists(), "draws": arms_done})
+            continue
         if missing:
             results[cid] = _inconclusive(config, f"{len(missing)} job(s) failed after {RETRIES + 1} attempts "
                                                  f"(first: {missing[0].kind} {missing[0].arm} {missing[0].start})")
@@ -477,12 +490,17 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         results[cid] = {**d.to_dict(), "simulator_check": laws.get("simulator_check"),
                         "records_detail": {arm: merged[arm]["records"] for arm in ("on", "off")}}
         log(f"{cid}: {d.decision} (D {d.D:.4f}, returned {d.channel_s.D_returned:.4f}, witnesses {d.witnesses.count})")
-    marker.unlink(missing_ok=True)
     report = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
               "threshold": campaign.threshold, "m": m, "draws": campaign.draws,
               "confirm_draws": campaign.confirm_draws, "interrupted": interrupted_before, "jobs_reused": reused,
               "elapsed_s": round(time.monotonic() - start, 1),
-              "configs": [results[c["id"]] for c in campaign.configs]}
+              "configs": [results[c["id"]] for c in campaign.configs if c["id"] in results]}
+    if partial:
+        report["pending"] = pending
+        _write_json(out / "report-partial.json", report)
+        (out / "report-partial.md").write_text(report_markdown(report))
+        return report
+    marker.unlink(missing_ok=True)
     _write_json(out / "report.json", report)
     (out / "report.md").write_text(report_markdown(report))
     if plots:
@@ -515,7 +533,10 @@ def report_markdown(report: dict[str, Any]) -> str:
              f"threshold {report['threshold']}; {report['draws']:,} draws per arm"
              + (f", {report['confirm_draws']:,} per confirmation arm" if report.get("confirm_draws") else "") + ". "
              "NOT_REJECTED means the test did not reject; it is not evidence of conformance.", ""]
-    if report.get("interrupted"):
+    if "pending" in report:
+        lines += [f"**Partial report: {len(report['configs'])} of {report['m']} configs decided**, each with the "
+                  "whole roster's m, so these decisions are final; the pending configs are listed at the end.", ""]
+    elif report.get("interrupted"):
         lines += ["**This campaign was interrupted and completed from its sealed roster** "
                   f"({report['jobs_reused']} jobs reused).", ""]
     lines += ["| config | engine | build | role | decision | eligible | D | D returned | witnesses | proposed | "
@@ -554,4 +575,8 @@ def report_markdown(report: dict[str, Any]) -> str:
                          f"gap {f(c['records'].get('gap'))}")
         if c.get("simulator_check") is not None:
             lines.append(f"- hypothesis simulator with logical reads reproduces P to {c['simulator_check']:.1e}")
+    if report.get("pending"):
+        lines += ["", "## Pending (jobs not all done)", "", "| config | laws | draws done per arm |", "|---|---|---|"]
+        lines += [f"| {p['id']} | {'done' if p['laws'] else 'pending'} | "
+                  + ", ".join(f"{arm} {n}" for arm, n in p["draws"].items()) + " |" for p in report["pending"]]
     return "\n".join(lines) + "\n"

@@ -40,16 +40,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not args.campaign:
             campaign = installed_only(campaign)
         out = out or f"badc-out/{campaign.name}"
-        report = run_campaign(campaign, out, workers=args.workers, executor=args.executor, plots=not args.no_plots)
+        report = run_campaign(campaign, out, workers=args.workers, executor=args.executor, plots=not args.no_plots,
+                              partial=args.partial)
     except CampaignError as e:
         print(f"badc run: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"badc run: interrupted; every finished shard is kept in {out}. Run the same command again to "
-              "complete the sealed roster.", file=sys.stderr)
+              "complete the sealed roster, or add --partial for a report of the configs already done.",
+              file=sys.stderr)
         return 130
-    print(open(f"{out}/report.md").read())
-    print(f"badc run: report in {out}/report.json and {out}/report.md ({report['elapsed_s']} s)", file=sys.stderr)
+    name = "report-partial" if args.partial else "report"
+    print(open(f"{out}/{name}.md").read())
+    print(f"badc run: report in {out}/{name}.json and {out}/{name}.md ({report['elapsed_s']} s)", file=sys.stderr)
     return 0
 
 
@@ -146,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local worker processes, or Ray tasks (RAY_ADDRESS selects a cluster; default: a local one)")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    r.add_argument("--partial", action="store_true",
+                   help="run nothing: report the configs whose jobs in --out are all done (report-partial.md); "
+                        "safe while the campaign runs")
     r.set_defaults(func=_cmd_run)
     rp = sub.add_parser("replay", help="check a trace against the sequential contract (exit 1 on a violation)",
                         description="Replay every request of a trace: processors must see the position's logical "

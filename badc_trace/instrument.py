@@ -81,12 +81,38 @@ def plain(obj: Any) -> Any:
 
 
 def state_digest(obj: Any) -> str:
-    """A digest of an object's attributes: how a processor's state is compared across calls."""
+    """A digest of an object's attributes, by content: how a processor's state is compared across calls
+    and across runs (so object addresses never enter it)."""
     h = hashlib.blake2b(digest_size=8)
-    for k, v in sorted(getattr(obj, "__dict__", {}).items()):
-        h.update(k.encode())
-        h.update(np.asarray(v).tobytes() if isinstance(v, np.ndarray) else repr(v).encode())
+    _digest(h, getattr(obj, "__dict__", {}), 0)
     return h.hexdigest()
+
+
+def _digest(h: Any, v: Any, depth: int) -> None:
+    h.update(type(v).__name__.encode())
+    if isinstance(v, dict):
+        for k in sorted(v, key=str):
+            h.update(str(k).encode())
+            _digest(h, v[k], depth + 1)
+    elif isinstance(v, list | tuple):
+        for x in v:
+            _digest(h, x, depth + 1)
+    elif isinstance(v, np.ndarray | np.generic):
+        h.update(str(np.shape(v)).encode())
+        h.update(np.ascontiguousarray(v).tobytes())
+    elif hasattr(v, "detach") and hasattr(v, "numpy"):  # a tensor, without importing its library
+        t = v.detach().cpu()
+        h.update(str(tuple(t.shape)).encode())
+        try:
+            h.update(t.numpy().tobytes())
+        except TypeError:  # a dtype numpy lacks (bfloat16)
+            h.update(repr(t.tolist()).encode())
+    elif hasattr(v, "named_parameters"):
+        pass  # a model the processor calls: shared weights, not the processor's state
+    elif isinstance(v, str | int | float | bool | bytes) or v is None:
+        h.update(repr(v).encode())
+    elif depth < 4 and hasattr(v, "__dict__"):  # e.g. a cache object: its tensors are the state
+        _digest(h, vars(v), depth + 1)
 
 
 class BaseInstrumentor:

@@ -187,3 +187,30 @@ def test_builtin_keeps_the_configs_of_installed_builds_only(tmp_path):
                                                                                    'build = "0.0.1"')))
     with pytest.raises(CampaignError, match="no engine build is set up"):
         installed_only(nothing, log=said.append)
+
+
+def test_partial_report_decides_finished_configs_with_the_final_m_and_runs_nothing(tmp_path):
+    import shutil
+
+    path = _write(tmp_path, CAMPAIGN.format(other="sglang"))
+    full = tmp_path / "full"
+    final = run_campaign(load_campaign(path), full, workers=2, **QUIET)
+    half = tmp_path / "half"
+    shutil.copytree(full, half)
+    (half / "report.json").unlink()
+    (half / "shards" / "PAR" / "on-500.json").unlink()
+    files = sorted(p.name for p in half.rglob("*"))
+
+    report = run_campaign(load_campaign(path), half, partial=True, **QUIET)
+
+    assert report["m"] == final["m"] == 3
+    assert [c["id"] for c in report["configs"]] == ["NEG", "OTHER-ENGINE"]
+    neg = next(c for c in final["configs"] if c["id"] == "NEG")
+    assert report["configs"][0]["decision"] == neg["decision"] and report["configs"][0]["D"] == neg["D"]
+    assert report["pending"] == [{"id": "PAR", "laws": True, "draws": {"off": "1,500/1,500", "on": "1,000/1,500"}}]
+    md = (half / "report-partial.md").read_text()
+    assert "2 of 3 configs decided" in md and "| PAR | done | off 1,500/1,500, on 1,000/1,500 |" in md
+    assert sorted(p.name for p in half.rglob("*")) == sorted(files + ["report-partial.json", "report-partial.md"])
+    assert not (half / "report.json").exists()
+    with pytest.raises(CampaignError, match="no sealed campaign"):
+        run_campaign(load_campaign(path), tmp_path / "empty", partial=True, **QUIET)
