@@ -215,10 +215,15 @@ class Progress:
     log: Callable[[str], None] = print
     last: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    t0: float | None = None  # first shard of this run
+    reused: int = 0  # draws already done by an earlier run
 
     def begin(self, cid: str, arm: str) -> None:
         with self.lock:
-            self.started.setdefault((cid, arm), time.monotonic())
+            now = time.monotonic()
+            self.started.setdefault((cid, arm), now)
+            if self.t0 is None:
+                self.t0, self.reused = now, sum(self.done.values())
 
     def update(self, cid: str, arm: str, start: int, n: int, final: bool = False) -> None:
         with self.lock:
@@ -237,11 +242,25 @@ class Progress:
     def _show(self, key: tuple[str, str]) -> None:
         total = self.totals.get(key, 0)
         n = self.done.get(key, 0) + sum(v for (c, a, _), v in self.inflight.items() if (c, a) == key)
-        rate = n / max(time.monotonic() - self.started[key], 1e-9)
+        now = time.monotonic()
+        rate = n / max(now - self.started[key], 1e-9)
         width = 24
         filled = round(width * n / total) if total else width
         self.log(f"{key[0]:>12} {key[1]:<11} [{'#' * filled}{'.' * (width - filled)}] {n:>9,}/{total:,} "
-                 f"{rate:,.0f} draws/s")
+                 f"{rate:,.0f} draws/s{self._campaign(now)}")
+
+    def _campaign(self, now: float) -> str:
+        """The whole roster's share done and, at this run's rate so far, roughly how long is left."""
+        total = sum(self.totals.values())
+        done = sum(self.done.values()) + sum(self.inflight.values())
+        if not total or self.t0 is None:
+            return ""
+        rate = (done - self.reused) / max(now - self.t0, 1e-9)
+        left = ""
+        if rate > 0 and now - self.t0 >= 60:
+            s = (total - done) / rate
+            left = f", ~{s / 60:.0f} min left" if s < 5400 else f", ~{s / 3600:.1f} h left"
+        return f" | campaign {100 * done / total:.1f}% of {total:,}{left}"
 
 
 # -- executors -----------------------------------------------------------------------------------

@@ -214,3 +214,22 @@ def test_partial_report_decides_finished_configs_with_the_final_m_and_runs_nothi
     assert not (half / "report.json").exists()
     with pytest.raises(CampaignError, match="no sealed campaign"):
         run_campaign(load_campaign(path), tmp_path / "empty", partial=True, **QUIET)
+
+
+def test_progress_shows_the_campaign_share_and_time_left_at_this_runs_rate(monkeypatch):
+    from badc_check import campaign as camp
+
+    clock = [1000.0]
+    monkeypatch.setattr(camp.time, "monotonic", lambda: clock[0])
+    lines = []
+    p = camp.Progress(log=lines.append, totals={("A", "off"): 1000, ("A", "on"): 1000}, done={("A", "off"): 1000})
+    p.begin("A", "on")  # 1,000 draws were done by an earlier run: they do not count towards this run's rate
+    clock[0] += 30
+    p.update("A", "on", 0, 100)
+    assert lines[-1].endswith("| campaign 55.0% of 2,000")  # no estimate in the first minute
+    clock[0] += 90
+    p.update("A", "on", 0, 400, final=True)  # 400 draws in 120 s: 600 left take 180 s
+    assert lines[-1].endswith("| campaign 70.0% of 2,000, ~3 min left") and "400/1,000" in lines[-1]
+    p.totals[("B", "on")] = 10_000_000
+    p.update("A", "on", 0, 0, final=True)
+    assert lines[-1].endswith(", ~833.4 h left")
