@@ -142,8 +142,13 @@ def check_seal(campaign: Campaign, out: Path) -> dict[str, Any]:
                         if cid not in seal["parts"]["configs"]]
             raise CampaignError(f"{out} is sealed for other inputs; changed: {', '.join(changed) or 'unknown'}. "
                                 "Use a new --out folder.")
+        # The shard size is no decision input, but shards are named by their first draw: finished shards
+        # of another size would overlap the new ones, and their draws would count twice.
+        if old.get("shard", campaign.shard) != campaign.shard:
+            raise CampaignError(f"{out}: its finished shards hold {old['shard']:,} draws each, the campaign file now "
+                                f"says shard = {campaign.shard:,}; set it back or use a new --out folder.")
     else:
-        _write_json(path, seal)
+        _write_json(path, {**seal, "shard": campaign.shard})
     return seal
 
 
@@ -366,6 +371,9 @@ def merge_shards(shards: list[dict[str, Any]]) -> dict[str, Any]:
     contract = {"calls": 0, "violations": 0, "requests": 0, "violating_requests": 0, "first_violation": None}
     records: dict[str, Any] | None = None
     for s in sorted(shards, key=lambda s: s["start"]):
+        if s["start"] != total["draws"]:  # shards must tile 0..n: never a draw twice, never a gap
+            raise CampaignError(f"shard {s.get('arm', '')}-{s['start']} does not start at draw {total['draws']:,}: "
+                                "shards of different sizes were mixed in one output folder")
         for y, k in s["outcomes"].items():
             outcomes[y] = outcomes.get(y, 0) + k
         for key in ("proposed", "accepted", "violations"):

@@ -99,6 +99,24 @@ def test_run_writes_report_plots_and_refuses_changed_inputs(tmp_path):
                                                                        'id = "PAR"\nmax_new_tokens = 3\n'))
     with pytest.raises(CampaignError, match="config PAR"):
         run_campaign(load_campaign(edited), out, **QUIET)
+    # Another shard size would make new shards overlap the finished ones: refused before any draw.
+    resharded = _write(tmp_path, CAMPAIGN.format(other="sglang").replace("shard = 500", "shard = 300"))
+    with pytest.raises(CampaignError, match="hold 500 draws each.*shard = 300"):
+        run_campaign(load_campaign(resharded), out, **QUIET)
+
+
+def test_merging_refuses_shards_that_overlap_or_leave_a_gap():
+    from badc_check.campaign import merge_shards
+
+    def shard(start, count):
+        return {"arm": "on", "start": start, "count": count, "outcomes": {"y": count}, "proposed": 0,
+                "accepted": 0, "violations": 0}
+
+    assert merge_shards([shard(500, 500), shard(0, 500)])["draws"] == 1000
+    with pytest.raises(CampaignError, match="on-300 does not start at draw 500"):
+        merge_shards([shard(0, 500), shard(300, 300)])
+    with pytest.raises(CampaignError, match="on-600 does not start at draw 500"):
+        merge_shards([shard(0, 500), shard(600, 500)])
 
 
 def _worker_pids(arm: str, out: Path) -> list[int]:
