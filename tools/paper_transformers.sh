@@ -6,11 +6,13 @@
 # Usage: tools/paper_transformers.sh [OUT_DIR] [DRAWS] [CONFIRM_DRAWS]
 #   (defaults: badc-out/paper/transformers, 200000, 400000; the paper used 1,000,000 per unrepaired
 #   confirmation arm). transformers draws at 40-200/s per core with full traces and D2 replay, so the
-#   full run is about a day on 2 cores: give it more workers (--workers, or BADC_EXECUTOR=ray).
+#   full run is about 14 hours on 2 cores: give it more workers (BADC_WORKERS, or BADC_EXECUTOR=ray).
+# Run it again with the same arguments to resume: finished shards are kept. With BADC_PARTIAL=1 it runs
+# nothing and writes OUT/report-partial.md, the configs already decided (safe while the campaign runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-badc-out/paper/transformers}
 draws=${2:-200000}
 confirm=${3:-400000}
 .venv/bin/badc run campaigns/transformers.toml --draws "$draws" --confirm "$confirm" --out "$out" \
-  --workers "${BADC_WORKERS:-2}" --executor "${BADC_EXECUTOR:-local}"
+  --workers "${BADC_WORKERS:-2}" --executor "${BADC_EXECUTOR:-local}" ${BADC_PARTIAL:+--partial}
