@@ -6,7 +6,7 @@
 # Usage: tools/paper_transformers.sh [OUT_DIR] [DRAWS] [CONFIRM_DRAWS]
 #   (defaults: badc-out/paper/transformers, 200000, 400000; the paper used 1,000,000 per unrepaired
 #   confirmation arm). transformers draws at 40-200/s per core with full traces and D2 replay, so the
-#   full run is about 14 hours on 2 cores: give it more workers (BADC_WORKERS, or BADC_EXECUTOR=ray).
+#   full run is roughly 18 hours on 2 cores: give it more workers (BADC_WORKERS, or BADC_EXECUTOR=ray).
 # Run it again with the same arguments to resume: finished shards are kept. With BADC_PARTIAL=1 it runs
 # nothing and writes OUT/report-partial.md, the configs already decided (safe while the campaign runs).
 set -euo pipefail
