@@ -51,10 +51,16 @@ class TraceSink:
         with self.lock:
             self.counters[name] = self.counters.get(name, 0) + n
 
+    @property
+    def recording(self) -> bool:
+        """Whether per-call records are written (levels calls and full, with a trace): probes build
+        records, digests and score copies only then, since they sit on the engine's hot path."""
+        return self.writer is not None and self.level != "counts"
+
     def emit(self, record: dict[str, Any]) -> None:
         """Write a per-call record (levels calls and full). Never raises into the engine: a record
         that cannot be written is counted as a probe error, and the engine call goes on."""
-        if self.writer is not None and self.level != "counts":
+        if self.recording:
             try:
                 with self.lock:
                     self.writer.write(plain(record))

@@ -209,7 +209,7 @@ class _RecordingProcessor:
         except Exception as e:
             probe._crash(req, f"processor {self.index} ({self.name})", e)
             raise
-        if req is not None:
+        if req is not None and probe.sink.recording:
             rec = {"type": "processor", "req": req.id, "proc": self.index, "name": self.name,
                    "ids": seen.tolist(), "logical_len": req.sample_idx + 1, "n_tokens": req.n_tokens,
                    "role": "step" if req.n_tokens <= req.sample_idx + 1 else "verify",

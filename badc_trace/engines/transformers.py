@@ -141,9 +141,9 @@ class TransformersInstrumentor(BaseInstrumentor):
         eos = instance.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         extra: dict[str, Any] = {}
-        if getattr(out, "scores", None) is not None and self.sink.level != "counts":
+        if getattr(out, "scores", None) is not None and self.sink.recording:
             extra["scores"] = [_f32(s[0]) for s in out.scores]
-        if getattr(out, "logits", None) is not None and self.sink.level != "counts":
+        if getattr(out, "logits", None) is not None and self.sink.recording:
             extra["logits"] = [_f32(s[0]) for s in out.logits]
         max_new = kwargs.get("max_new_tokens", instance.generation_config.max_new_tokens)
         self._finish(req, outcome_of(new, eos_ids, max_new), new, extra)
@@ -221,6 +221,8 @@ class TransformersInstrumentor(BaseInstrumentor):
         finally:
             req.elements, req.list_role = outer
         self.sink.count("processor_calls")
+        if not self.sink.recording:
+            return out
         n = int(ids.shape[-1])
         rec = {"type": "processor", "req": req.id, "proc": -1, "name": "LogitsProcessorList", "ids": _ids(ids[0]),
                "role": role, "logical_len": self._logical_len(req, role, n), "committed": req.committed}
@@ -252,6 +254,8 @@ class TransformersInstrumentor(BaseInstrumentor):
             raise
         finally:
             req.in_element -= 1
+        if not self.sink.recording:
+            return out
         n = int(ids.shape[-1])
         rec = {"type": "processor", "req": req.id, "proc": index, "name": type(instance).__name__,
                "ids": _ids(ids[0]), "role": req.list_role, "logical_len": self._logical_len(req, req.list_role, n),

@@ -206,7 +206,7 @@ class VllmInstrumentor(BaseInstrumentor):
             rec = {"type": "step", "req": req, "committed": committed.get(rid), "drafts": drafts,
                    "verify_masked": verify, "verify_temperature": temps, "final_masked": final,
                    "role": "bonus" if n else "step", "produced": produced}
-            if req in self._pending and self.sink.level != "counts":
+            if req in self._pending and self.sink.recording:
                 self._pending[req].append(rec)
             else:
                 self.sink.emit(rec)
@@ -216,7 +216,7 @@ class VllmInstrumentor(BaseInstrumentor):
         `measure(before, after)` of the rows goes into the step's `field`."""
         def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
             step = getattr(self._local, "step", None)
-            if step is None:
+            if step is None or not self.sink.recording:  # the measure only goes into records
                 return wrapped(*args, **kwargs)
             before = (args[0] if args else kwargs["logits"]).clone()  # the rows are changed in place
             out = wrapped(*args, **kwargs)
