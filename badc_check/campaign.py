@@ -524,13 +524,12 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
               "configs": [results[c["id"]] for c in campaign.configs if c["id"] in results]}
     if partial:
         report["pending"] = pending
-        _write_json(out / "report-partial.json", report)
-        (out / "report-partial.md").write_text(report_markdown(report))
-        return report
-    marker.unlink(missing_ok=True)
-    _write_json(out / "report.json", report)
-    (out / "report.md").write_text(report_markdown(report))
-    if plots:
+    else:
+        marker.unlink(missing_ok=True)
+    name = "report-partial" if partial else "report"
+    _write_json(out / f"{name}.json", report)
+    (out / f"{name}.md").write_text(report_markdown(report))
+    if plots and not partial:
         from badc_check.plots import plot_campaign
 
         plot_campaign(out, report, decided)
