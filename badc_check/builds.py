@@ -27,6 +27,7 @@ class Build:
     build_env: dict[str, str] = field(default_factory=dict)
     uninstall: tuple[str, ...] = ()
     note: str = ""
+    disk_gb: float = 0.0  # installed size, checked against free space before setting up
 
     @property
     def venv(self) -> Path:
@@ -48,7 +49,7 @@ def load_builds(path: Path = BUILDS_FILE) -> dict[str, Build]:
         name: Build(name=name, engine=b["engine"], version=b["version"],
                     requirements=tuple(b["requirements"]), default=b.get("default", False),
                     build_env=dict(b.get("build_env", {})), uninstall=tuple(b.get("uninstall", ())),
-                    note=b.get("note", ""))
+                    note=b.get("note", ""), disk_gb=float(b.get("disk_gb", 0.0)))
         for name, b in table.items()
     }
 

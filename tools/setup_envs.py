@@ -30,6 +30,8 @@ from badc_check.builds import READY_STAMP, Build, load_builds  # noqa: E402  (st
 COMMON = ["pytest>=8", "scipy>=1.11"]  # scipy: workers decide next to the engine in tests
 MAIN_EXTRAS = "check,test"
 MAIN_EXTRA_REQS = ["matplotlib>=3.8", "ray==2.60.0"]  # ray: the --executor ray campaigns and their test
+MAIN_DISK_GB = 0.8  # .venv once installed (measured)
+HEADROOM_GB = 1.0  # pip unpacks wheels and compiles next to what it installs
 _print_lock = threading.Lock()
 
 
@@ -45,13 +47,35 @@ def stamp_of(requirements: list[str], uninstall: tuple[str, ...] = ()) -> str:
     return h.hexdigest()
 
 
+def is_current(venv: Path, requirements: list[str], uninstall: tuple[str, ...] = ()) -> bool:
+    stamp_file = venv / READY_STAMP
+    return (stamp_file.exists() and stamp_file.read_text() == stamp_of(requirements, uninstall)
+            and (venv / "bin" / "python").exists())
+
+
+def disk_shortfall(pending: dict[str, float], where: Path) -> str | None:
+    """Why the environments in `pending` (name -> installed GB) will not fit on `where`'s disk, or None.
+
+    Checked before installing anything: pip running out of space mid-install leaves half-built
+    environments and a log whose last line is an OSError."""
+    if not pending:
+        return None
+    need = sum(pending.values()) + HEADROOM_GB
+    free = shutil.disk_usage(where).free / 1e9
+    if free >= need:
+        return None
+    return (f"{free:.1f} GB free on the disk of {where}; setting up {', '.join(pending)} needs about "
+            f"{need:.1f} GB ({' + '.join(f'{g:g}' for g in pending.values())} installed, measured, "
+            f"+ {HEADROOM_GB:g} for pip's unpacking). Free some space and run again; environments "
+            f"already set up are kept.")
+
+
 def make_env(name: str, venv: Path, requirements: list[str], *, env_extra: dict[str, str] | None = None,
              uninstall: tuple[str, ...] = ()) -> float:
-    stamp_file = venv / READY_STAMP
-    stamp = stamp_of(requirements, uninstall)
-    if stamp_file.exists() and stamp_file.read_text() == stamp and (venv / "bin" / "python").exists():
+    if is_current(venv, requirements, uninstall):
         say(f"{name}: up to date")
         return 0.0
+    stamp_file = venv / READY_STAMP
     start = time.monotonic()
     log_dir = ROOT / ".venvs" / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -75,7 +99,7 @@ def make_env(name: str, venv: Path, requirements: list[str], *, env_extra: dict[
                 tail = log.read_text().splitlines()[-25:]
                 raise RuntimeError(f"{name}: `{' '.join(cmd[:4])} ...` failed (exit {rc}); last lines of "
                                    f"{log}:\n  " + "\n  ".join(tail))
-    stamp_file.write_text(stamp)
+    stamp_file.write_text(stamp_of(requirements, uninstall))
     took = time.monotonic() - start
     say(f"{name}: ready in {took:.0f} s")
     return took
@@ -99,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.list:
         for b in builds.values():
-            print(f"{b.name:24} default={'yes' if b.default else 'no ':3} installed={'yes' if b.installed else 'no'}"
+            print(f"{b.name:24} default={'yes' if b.default else 'no ':3} installed={'yes' if b.installed else 'no':3} "
+                  f"{b.disk_gb:>4g} GB"
                   f"  {b.note}")
         return 0
     wanted = [] if args.no_default else [n for n, b in builds.items() if b.default]
@@ -109,10 +134,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"setup_envs: unknown build(s) {', '.join(unknown)}; known: {', '.join(builds)}", file=sys.stderr)
         return 2
     wanted += [n for n in extra if n not in wanted]
+    main_reqs = ["-e", f"{ROOT}[{MAIN_EXTRAS}]", *MAIN_EXTRA_REQS]
+    pending = {} if is_current(ROOT / ".venv", main_reqs) else {".venv": MAIN_DISK_GB}
+    for n in wanted:
+        b = builds[n]
+        if not is_current(b.venv, build_requirements(b), b.uninstall):
+            pending[n] = b.disk_gb
+    short = disk_shortfall(pending, ROOT)
+    if short:
+        print(f"setup_envs: {short}", file=sys.stderr)
+        return 1
     start = time.monotonic()
     errors: list[str] = []
     try:
-        make_env(".venv", ROOT / ".venv", ["-e", f"{ROOT}[{MAIN_EXTRAS}]", *MAIN_EXTRA_REQS])
+        make_env(".venv", ROOT / ".venv", main_reqs)
     except RuntimeError as e:
         print(f"setup_envs: {e}", file=sys.stderr)
         return 1
@@ -133,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         for e in errors:
             print(f"setup_envs: {e}", file=sys.stderr)
         return 1
-    say(f"all environments ready in {time.monotonic() - start:.0f} s: .venv, {', '.join(wanted)}")
+    say(f"all environments ready in {time.monotonic() - start:.0f} s: {', '.join(['.venv', *wanted])}")
     if shutil.which("badc") is None:
         say("run badc as .venv/bin/badc (or activate .venv)")
     return 0
