@@ -57,6 +57,11 @@ class TraceSink:
         records, digests and score copies only then, since they sit on the engine's hot path."""
         return self.writer is not None and self.level != "counts"
 
+    @property
+    def full(self) -> bool:
+        """Whether records carry scores (level full, with a trace): probes copy scores only then."""
+        return self.writer is not None and self.level == "full"
+
     def emit(self, record: dict[str, Any]) -> None:
         """Write a per-call record (levels calls and full). Never raises into the engine: a record
         that cannot be written is counted as a probe error, and the engine call goes on."""
@@ -73,11 +78,16 @@ class TraceSink:
             self.writer.close()
 
 
+_LEAVES = frozenset({int, float, str, bytes, bool, type(None)})
+
+
 def plain(obj: Any) -> Any:
     """numpy scalars and arrays (which engines hand back inside their results) as msgpack-able values."""
     if isinstance(obj, dict):
         return {str(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
+        if all(type(v) in _LEAVES for v in obj):  # token ids, most of a record: no call per element
+            return list(obj)
         return [plain(v) for v in obj]
     if isinstance(obj, np.generic):
         return obj.item()

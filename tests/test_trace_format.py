@@ -234,3 +234,19 @@ def test_writer_rejects_use_after_close(tmp_path):
     with pytest.raises(ValueError, match="closed"):
         w.write({"type": "call"})
     assert os.path.getsize(tmp_path / "c.badc") > 0
+
+
+def test_sink_writes_engine_values_as_plain_msgpack(tmp_path):
+    """Probes hand the sink what engines return: numpy scalars and arrays, tuples, int keys."""
+    import numpy as np
+
+    from badc_trace.instrument import TraceSink
+
+    path = tmp_path / "s.badc"
+    sink = TraceSink(TraceWriter(path, engine="x", build="1", config={}, seal=""), level="full")
+    sink.emit({"type": "call", "ids": [1, 2, 3], "rows": ((4, 5), [np.int64(6), 7]), "p": np.float32(0.5),
+               "arr": np.arange(3), "flag": np.bool_(True), "keys": {7: "a"}, "raw": b"\x00", "none": None})
+    sink.close()
+    (rec,) = [r for r in read_trace(path) if r["type"] == "call"]
+    assert rec == {"type": "call", "ids": [1, 2, 3], "rows": [[4, 5], [6, 7]], "p": 0.5, "arr": [0, 1, 2],
+                   "flag": True, "keys": {"7": "a"}, "raw": b"\x00", "none": None}

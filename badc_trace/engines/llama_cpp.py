@@ -201,15 +201,16 @@ class _RecordingProcessor:
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         probe, req = self.probe, self.probe._req
         probe.sink.count("processor_calls")
-        full = probe.sink.level == "full"
-        seen = np.array(input_ids, dtype=np.int64)  # copy: the buffer is overwritten later
+        recording = req is not None and probe.sink.recording
+        full = recording and probe.sink.full
+        seen = np.array(input_ids, dtype=np.int64) if recording else None  # copy: the buffer is overwritten later
         before = scores.astype(np.float32).tobytes() if full else None
         try:
             out = self.inner(input_ids, scores)
         except Exception as e:
             probe._crash(req, f"processor {self.index} ({self.name})", e)
             raise
-        if req is not None and probe.sink.recording:
+        if recording:
             rec = {"type": "processor", "req": req.id, "proc": self.index, "name": self.name,
                    "ids": seen.tolist(), "logical_len": req.sample_idx + 1, "n_tokens": req.n_tokens,
                    "role": "step" if req.n_tokens <= req.sample_idx + 1 else "verify",

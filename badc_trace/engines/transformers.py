@@ -214,7 +214,7 @@ class TransformersInstrumentor(BaseInstrumentor):
         if role == "verify":
             req.candidate_pending = False
         req.elements, req.list_role = list(instance), role
-        full = self.sink.level == "full"
+        full = self.sink.full
         before = _f32(scores[0]) if full else None
         try:
             out = wrapped(*args, **kwargs)
@@ -244,7 +244,7 @@ class TransformersInstrumentor(BaseInstrumentor):
             return wrapped(*args, **kwargs)  # not called from a list (or a super().__call__ inside one)
         index = next(i for i, p in enumerate(req.elements) if p is instance)
         ids, scores = args[0], args[1]
-        full = self.sink.level == "full"
+        full = self.sink.full
         before = _f32(scores[0]) if full else None
         req.in_element += 1
         try:
