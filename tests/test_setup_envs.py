@@ -47,3 +47,21 @@ def test_main_refuses_before_creating_anything(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "0.1 GB free" in err and build.name in err
     assert not build.venv.exists()
+
+
+def test_a_stale_environment_needs_only_the_headroom(monkeypatch, capsys, tmp_path):
+    """A changed pyproject.toml makes every environment stale; pip then updates them in place, so a
+    nearly full disk must not be refused for their whole size."""
+    build = next(iter(load_builds().values()))
+    monkeypatch.setattr(setup_envs, "is_current", lambda *a, **k: False)
+    monkeypatch.setattr(setup_envs, "make_env", lambda *a, **k: 0.0)
+    monkeypatch.setattr(type(build), "venv", property(lambda b: tmp_path / b.name))
+    monkeypatch.setattr(setup_envs, "ROOT", tmp_path)
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / build.name).mkdir()
+    _free(monkeypatch, setup_envs.HEADROOM_GB + 0.05)
+    assert setup_envs.main(["--no-default", "--builds", build.name]) == 0
+    (tmp_path / build.name).rmdir()  # a missing one needs its whole size
+    assert setup_envs.main(["--no-default", "--builds", build.name]) == 1
+    err = capsys.readouterr().err
+    assert f"setting up .venv, {build.name} needs about {build.disk_gb + setup_envs.HEADROOM_GB:.1f} GB" in err

@@ -135,11 +135,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     wanted += [n for n in extra if n not in wanted]
     main_reqs = ["-e", f"{ROOT}[{MAIN_EXTRAS}]", *MAIN_EXTRA_REQS]
-    pending = {} if is_current(ROOT / ".venv", main_reqs) else {".venv": MAIN_DISK_GB}
+    # An environment that exists but is stale is updated in place: it needs only the headroom.
+    pending = {} if is_current(ROOT / ".venv", main_reqs) else {
+        ".venv": 0.0 if (ROOT / ".venv").exists() else MAIN_DISK_GB}
     for n in wanted:
         b = builds[n]
         if not is_current(b.venv, build_requirements(b), b.uninstall):
-            pending[n] = b.disk_gb
+            pending[n] = 0.0 if b.venv.exists() else b.disk_gb
     short = disk_shortfall(pending, ROOT)
     if short:
         print(f"setup_envs: {short}", file=sys.stderr)
