@@ -135,13 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     wanted += [n for n in extra if n not in wanted]
     main_reqs = ["-e", f"{ROOT}[{MAIN_EXTRAS}]", *MAIN_EXTRA_REQS]
+    envs = [(".venv", ROOT / ".venv", main_reqs, (), MAIN_DISK_GB)]
+    envs += [(n, builds[n].venv, build_requirements(builds[n]), builds[n].uninstall, builds[n].disk_gb) for n in wanted]
     # An environment that exists but is stale is updated in place: it needs only the headroom.
-    pending = {} if is_current(ROOT / ".venv", main_reqs) else {
-        ".venv": 0.0 if (ROOT / ".venv").exists() else MAIN_DISK_GB}
-    for n in wanted:
-        b = builds[n]
-        if not is_current(b.venv, build_requirements(b), b.uninstall):
-            pending[n] = 0.0 if b.venv.exists() else b.disk_gb
+    pending = {name: 0.0 if venv.exists() else size for name, venv, reqs, uninstall, size in envs
+               if not is_current(venv, reqs, uninstall)}
     short = disk_shortfall(pending, ROOT)
     if short:
         print(f"setup_envs: {short}", file=sys.stderr)
