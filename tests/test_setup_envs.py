@@ -43,6 +43,11 @@ def test_main_refuses_before_creating_anything(monkeypatch, capsys):
         pytest.skip("every declared build is set up here")
     build = missing[0]
     _free(monkeypatch, 0.1)
+
+    def no_install(name, *a, **k):  # a broken check fails here, not after a real pip install
+        raise AssertionError(f"{name} was installed despite the shortfall")
+
+    monkeypatch.setattr(setup_envs, "make_env", no_install)
     assert setup_envs.main(["--no-default", "--builds", build.name]) == 1
     err = capsys.readouterr().err
     assert "0.1 GB free" in err and build.name in err
