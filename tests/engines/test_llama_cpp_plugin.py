@@ -1,8 +1,8 @@
 """The pytest plugin in an engine's own test suite: a marked test fails on FAILS, passes otherwise."""
 
-import subprocess
-import sys
 import textwrap
+
+from tests.plugin_suite import run_suite
 
 CAMPAIGN = textwrap.dedent("""
     [campaign]
@@ -36,11 +36,11 @@ TESTS = textwrap.dedent("""
 
 
 def test_plugin_marker_and_fixture(tmp_path):
-    (tmp_path / "neg.toml").write_text(CAMPAIGN.format(name="neg", cid="N", extra='role = "negative-control"'))
-    (tmp_path / "par.toml").write_text(CAMPAIGN.format(name="par", cid="P", extra='processors = [{ name = "parity" }]'))
-    (tmp_path / "test_engine.py").write_text(TESTS)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_engine.py"],
-                          cwd=tmp_path, capture_output=True, text=True)
+    proc = run_suite(tmp_path, {
+        "neg.toml": CAMPAIGN.format(name="neg", cid="N", extra='role = "negative-control"'),
+        "par.toml": CAMPAIGN.format(name="par", cid="P", extra='processors = [{ name = "parity" }]'),
+        "test_engine.py": TESTS,
+    })
     out = proc.stdout
     assert proc.returncode == 1 and "1 failed, 2 passed" in out, out[-3000:]
     assert "test_parity_fails" in out and "FAILS" in out and "unverified drafts" in out

@@ -1,10 +1,9 @@
 """The pytest plugin in transformers' own test suite: a marked test fails on FAILS, passes otherwise."""
 
-import subprocess
-import sys
 import textwrap
 
 from badc_replay.engines.transformers import engine_version
+from tests.plugin_suite import run_suite
 
 CAMPAIGN = textwrap.dedent("""
     [campaign]
@@ -35,12 +34,11 @@ SYNTHID = 'generation = { watermarking_config = { type = "synthid", keys = [654,
 
 def test_plugin_marker_on_transformers(tmp_path):
     build = engine_version()
-    (tmp_path / "plain.toml").write_text(CAMPAIGN.format(name="plain", cid="N", build=build,
-                                                         extra='role = "negative-control"'))
-    (tmp_path / "synthid.toml").write_text(CAMPAIGN.format(name="synthid", cid="S", build=build, extra=SYNTHID))
-    (tmp_path / "test_engine.py").write_text(TESTS)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_engine.py"],
-                          cwd=tmp_path, capture_output=True, text=True)
+    proc = run_suite(tmp_path, {
+        "plain.toml": CAMPAIGN.format(name="plain", cid="N", build=build, extra='role = "negative-control"'),
+        "synthid.toml": CAMPAIGN.format(name="synthid", cid="S", build=build, extra=SYNTHID),
+        "test_engine.py": TESTS,
+    })
     out = proc.stdout
     assert proc.returncode == 1 and "1 failed, 1 passed" in out, out[-3000:]
     assert "test_synthid_fails" in out and "FAILS" in out and "SynthIDTextWatermarkLogitsProcessor" in out
