@@ -3,8 +3,9 @@ decide, confirm repairs, and write report.json, report.md, plots and traces.
 
 Campaign file: DESIGN.md ("Campaign file"), plus an optional `[defaults]` table merged into every
 `[[config]]`. A configuration's work is split into jobs: its exact laws, then shards of draws per arm.
-A job's result is a file written atomically; a job whose file exists is never run again. So a worker
-that dies, an engine that crashes the process, or an interrupted campaign loses only the shards in
+A job's result is a file written atomically; a job whose file exists is never run again, and a shard
+that was cut off goes on from its last checkpoint (every 30 s). So a worker that dies, an engine that
+crashes the process, or an interrupted campaign loses at most the last half-minute of each shard in
 flight, and running the same command again completes the sealed roster (each draw's seed is a
 function of the campaign seed, config, arm and index). Configs whose build is not declared or not set
 up are reported INCONCLUSIVE with the reason, never dropped.
@@ -230,10 +231,14 @@ class Progress:
             if self.t0 is None:
                 self.t0, self.reused = now, sum(self.done.values())
 
-    def update(self, cid: str, arm: str, start: int, n: int, final: bool = False) -> None:
+    def update(self, cid: str, arm: str, start: int, n: int, final: bool = False, resumed: bool = False) -> None:
+        """`n` draws of the shard at `start` are done (`final`: all of them); `resumed`: a checkpoint of
+        an earlier run held them, so they do not count toward this run's rate."""
         with self.lock:
             key = (cid, arm)
             self.started.setdefault(key, time.monotonic())
+            if resumed:
+                self.reused += n
             if final:
                 self.inflight.pop((cid, arm, start), None)
                 self.done[key] = self.done.get(key, 0) + n
@@ -278,8 +283,9 @@ def _run_local(job: Job, cmd: list[str], progress: Progress, log: Callable[[str]
     tail: list[str] = []
     try:
         for line in proc.stderr:
-            if line.startswith("progress "):
-                progress.update(job.cid, job.arm, job.start, int(line.split()[2].split("/")[0]))
+            if line.startswith(("progress ", "resumed ")):
+                progress.update(job.cid, job.arm, job.start, int(line.split()[2].split("/")[0]),
+                                resumed=line.startswith("resumed "))
             elif "n_ctx" not in line and line.strip():
                 tail = (tail + [line.rstrip()])[-10:]
         return proc.wait()
@@ -493,6 +499,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     m = len(campaign.configs)
     decided: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}  # laws and merged arms
     pending: list[dict[str, Any]] = []
+    resumed = 0  # draws of decided configs that shards took over from checkpoints of cut-off runs
     for cid, jobs in plans.items():
         config = jobs[0].config
         missing = [j for j in jobs if not j.output(out).exists()]
@@ -510,6 +517,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         for j in jobs[1:]:
             arms.setdefault(j.arm, []).append(json.loads(j.output(out).read_text()))
         merged = {arm: merge_shards(s) for arm, s in arms.items()}
+        resumed += sum(s.get("resumed", 0) for shards in arms.values() for s in shards)
         decided[cid] = (laws, merged)
         if config.get("predicates"):
             laws["predicates"] = _predicate_sets(config, laws, merged)
@@ -520,7 +528,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     report = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
               "threshold": campaign.threshold, "m": m, "draws": campaign.draws,
               "confirm_draws": campaign.confirm_draws, "interrupted": interrupted_before, "jobs_reused": reused,
-              "elapsed_s": round(time.monotonic() - start, 1),
+              "draws_resumed": resumed, "elapsed_s": round(time.monotonic() - start, 1),
               "configs": [results[c["id"]] for c in campaign.configs if c["id"] in results]}
     if partial:
         report["pending"] = pending
@@ -564,7 +572,8 @@ def report_markdown(report: dict[str, Any]) -> str:
                   "whole roster's m, so these decisions are final; the pending configs are listed at the end.", ""]
     elif report.get("interrupted"):
         lines += ["**This campaign was interrupted and completed from its sealed roster** "
-                  f"({report['jobs_reused']} jobs reused).", ""]
+                  f"({report['jobs_reused']} jobs reused, {report.get('draws_resumed', 0):,} draws taken over from "
+                  "checkpoints of cut-off shards).", ""]
     lines += ["| config | engine | build | role | decision | eligible | D | D returned | witnesses | proposed | "
               "calibration | hypothesis | repair |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

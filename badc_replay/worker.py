@@ -10,7 +10,10 @@
 Every result file is written atomically (temporary file, then rename), so a killed worker leaves
 either a whole shard or none: the runner re-runs missing shards with the same seeds (each draw's seed
 is a function of the campaign seed, the config, the arm and the draw's index), and no draw is counted
-twice or lost. Progress goes to stderr as `progress ARM DONE/TOTAL`.
+twice or lost. A re-run shard goes on from its last checkpoint (`TRACE.resume`, every 30 s; see
+badc_replay/arms.py), so a kill costs at most that much of each shard in flight; the shard's
+`resumed` field says how many draws it took over. Progress goes to stderr as `progress ARM DONE/TOTAL`
+(`resumed ARM DONE/TOTAL` for the draws taken over).
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, o
     result = {"id": cfg.id, "arm": arm, "start": start, "count": count, "outcomes": res.outcomes,
               "proposed": res.proposed, "accepted": res.accepted, "violations": res.violations,
               "contract": res.contract, "records": res.records, "counters": res.counters,
-              "elapsed_s": round(time.monotonic() - t, 2)}
+              "resumed": res.resumed, "elapsed_s": round(time.monotonic() - t, 2)}
     write_json(out / "shards" / cfg.id / f"{arm}-{start}.json", result)
     return result
 
@@ -104,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.arm is None or args.count <= 0:
                 ap.error("give --laws, or --arm with --count > 0")
 
-            def progress(done: int) -> None:
-                print(f"progress {args.arm} {done}/{args.count}", file=sys.stderr, flush=True)
+            def progress(done: int, resumed: bool = False) -> None:
+                word = "resumed" if resumed else "progress"
+                print(f"{word} {args.arm} {done}/{args.count}", file=sys.stderr, flush=True)
 
             shard(config, args.arm, args.start, args.count, args.seed, out, level=args.level, repair=args.repair,
                   progress=progress, seal=args.seal)

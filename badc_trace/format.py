@@ -71,6 +71,10 @@ class TraceWriter:
     A chunk is written when it reaches ``chunk_bytes`` or ``chunk_records``, when ``flush_seconds``
     have passed since the last write, on ``flush()`` and on ``close()``. ``fsync=True`` also asks
     the OS to persist each chunk (survives power loss, not only a process crash).
+
+    ``resume_at=(offset, records)``, a ``position()`` taken earlier, reopens an unclosed trace and goes
+    on writing after its first ``offset`` bytes (``records`` whole records, the header included); what
+    follows them, records of work that was lost, is cut off.
     """
 
     def __init__(
@@ -86,11 +90,20 @@ class TraceWriter:
         flush_seconds: float = 2.0,
         level: int = 3,
         fsync: bool = False,
+        resume_at: tuple[int, int] | None = None,
     ):
         if chunk_bytes > MAX_RAW_CHUNK // 2:
             raise ValueError(f"chunk_bytes must be at most {MAX_RAW_CHUNK // 2}")
         self.path = os.fspath(path)
-        self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        if resume_at is None:
+            self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        else:
+            self._file = open(self.path, "r+b")  # noqa: SIM115 - closed in close()
+            if os.fstat(self._file.fileno()).st_size < resume_at[0]:
+                self._file.close()
+                raise TraceFormatError(self.path, resume_at[0], "cannot resume: the file ends before this offset")
+            self._file.truncate(resume_at[0])
+            self._file.seek(resume_at[0])
         self._cctx = zstandard.ZstdCompressor(level=level, write_content_size=True)
         self._buf: list[bytes] = []
         self._buf_bytes = 0
@@ -99,7 +112,9 @@ class TraceWriter:
         self._flush_seconds = flush_seconds
         self._last_flush = time.monotonic()
         self._fsync = fsync
-        self.records_written = 0
+        self.records_written = 0 if resume_at is None else resume_at[1]
+        if resume_at is not None:  # the header is already there
+            return
         header = {
             "type": "header",
             "format": FORMAT_NAME,
@@ -148,6 +163,11 @@ class TraceWriter:
         self._buf.clear()
         self._buf_bytes = 0
         self._last_flush = time.monotonic()
+
+    def position(self) -> tuple[int, int]:
+        """Flush, then (bytes, records) written so far: where ``resume_at`` can go on from."""
+        self.flush()
+        return self._file.tell(), self.records_written
 
     def close(self) -> None:
         if self._file.closed:

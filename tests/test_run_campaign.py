@@ -14,6 +14,7 @@ import pytest
 
 from badc_check.builds import load_builds
 from badc_check.campaign import BUILTIN, CampaignError, installed_only, load_campaign, run_campaign
+from tests.shard_resume import kill_and_resume, same_shard
 
 pytestmark = pytest.mark.skipif(not load_builds()["llama_cpp-0.3.36"].installed,
                                 reason="build llama_cpp-0.3.36 not set up (python3.11 tools/setup_envs.py)")
@@ -57,6 +58,13 @@ def _write(tmp_path, text, name="c.toml"):
     p = tmp_path / name
     p.write_text(text)
     return p
+
+
+def _checkpointed(path: Path) -> int:
+    try:
+        return json.loads(path.read_text())["done"]
+    except (OSError, ValueError):  # gone: its shard just finished
+        return 0
 
 
 def _arm_counts(out: Path, cid: str, arm: str) -> dict:
@@ -133,7 +141,7 @@ def _worker_pids(arm: str, out: Path) -> list[int]:
     return pids
 
 
-def test_killed_workers_and_an_interrupted_campaign_lose_nothing_and_count_nothing_twice(tmp_path):
+def test_killed_workers_and_an_interrupted_campaign_lose_nothing_and_count_nothing_twice(tmp_path, monkeypatch):
     text = CAMPAIGN.format(other="sglang").replace("draws = 1500", "draws = 3000")
     path = _write(tmp_path, text)
     reference = tmp_path / "reference"
@@ -155,18 +163,22 @@ def test_killed_workers_and_an_interrupted_campaign_lose_nothing_and_count_nothi
     thread.join(300)
     assert kills >= 1 and done.is_set()
 
-    # 2. Kill the whole campaign (runner and workers), then run the same command again.
+    # 2. Kill the whole campaign (runner and workers) once an on-arm shard is done and another is cut
+    #    off well inside its checkpointed part, then run the same command again.
+    monkeypatch.setenv("BADC_CHECKPOINT_S", "0")  # a checkpoint after every draw
     interrupted = tmp_path / "interrupted"
     cmd = [sys.executable, "-m", "badc_check.cli", "run", str(path), "--out", str(interrupted), "--no-plots"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
-    while not list((interrupted / "shards").glob("*/on-*.json")) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    while time.monotonic() < deadline and not (list((interrupted / "shards").glob("*/on-*.json"))
+                                               and any(0 < _checkpointed(f) <= 250
+                                                       for f in (interrupted / "traces").glob("*/*.resume"))):
+        time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert (interrupted / "RUNNING").exists() and not (interrupted / "report.json").exists()
     resumed = run_campaign(load_campaign(path), interrupted, workers=2, **QUIET)
-    assert resumed["interrupted"] is True and resumed["jobs_reused"] > 0
+    assert resumed["interrupted"] is True and resumed["jobs_reused"] > 0 and resumed["draws_resumed"] > 0
     assert "interrupted and completed" in (interrupted / "report.md").read_text()
 
     for out in (killed_out, interrupted):
@@ -175,6 +187,16 @@ def test_killed_workers_and_an_interrupted_campaign_lose_nothing_and_count_nothi
                 counts = _arm_counts(out, cid, arm)
                 assert sum(counts.values()) == 3000
                 assert counts == _arm_counts(reference, cid, arm)  # the sealed roster, draw for draw
+
+
+def test_a_killed_shard_goes_on_from_its_checkpoint_draw_for_draw(tmp_path):
+    campaign = load_campaign(_write(tmp_path, CAMPAIGN.format(other="sglang")))
+    config = next(c for c in campaign.configs if c["id"] == "PAR")  # violations: the replay has work to do
+    python = str(load_builds()["llama_cpp-0.3.36"].python)
+    straight, resumed = kill_and_resume(python, config, tmp_path, arm="on", count=1500, level="calls",
+                                        kill_after=300, history=("kv_rm", "kv_removals"))
+    assert straight["resumed"] == 0 and 300 <= resumed["resumed"] < 1500
+    assert same_shard(straight, resumed) and resumed["violations"] > 0
 
 
 def test_ray_executor_on_a_local_cluster_gives_the_same_draws(tmp_path):
@@ -251,3 +273,10 @@ def test_progress_shows_the_campaign_share_and_time_left_at_this_runs_rate(monke
     p.totals[("B", "on")] = 10_000_000
     p.update("A", "on", 0, 0, final=True)
     assert lines[-1].endswith(", ~833.4 h left")
+    # A shard that goes on from an earlier run's checkpoint: the draws it took over are not this run's.
+    p = camp.Progress(log=lines.append, totals={("A", "on"): 1000})
+    p.begin("A", "on")
+    p.update("A", "on", 0, 300, resumed=True)
+    clock[0] += 60
+    p.update("A", "on", 0, 400)  # 100 draws in 60 s: 600 left take 360 s
+    assert lines[-1].endswith("| campaign 40.0% of 1,000, ~6 min left")

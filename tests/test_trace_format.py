@@ -250,3 +250,34 @@ def test_sink_writes_engine_values_as_plain_msgpack(tmp_path):
     (rec,) = [r for r in read_trace(path) if r["type"] == "call"]
     assert rec == {"type": "call", "ids": [1, 2, 3], "rows": [[4, 5], [6, 7]], "p": 0.5, "arr": [0, 1, 2],
                    "flag": True, "keys": {"7": "a"}, "raw": b"\x00", "none": None}
+
+
+def test_writer_resumes_at_a_position_and_cuts_what_followed(tmp_path):
+    """A resumed trace reads as if one writer had written it: the records after the position (work a
+    killed process lost) are gone, the header is not repeated, and the end record counts every record."""
+    path = tmp_path / "r.badc"
+    w = TraceWriter(path, engine="x", build="1", config={"id": "T"}, seal="s")
+    for i in range(5):
+        w.write({"type": "call", "i": i})
+    pos = w.position()
+    for i in range(5, 9):  # lost: written after the position, then the process dies mid-chunk
+        w.write({"type": "call", "i": i})
+    w.flush()
+    w._file.write(b"\x5b\x2a\x4d\x18torn")
+    w._file.close()
+    with pytest.raises(TornTailError):
+        list(read_trace(path))
+
+    with TraceWriter(path, engine="x", build="1", resume_at=pos) as r:
+        for i in range(5, 7):
+            r.write({"type": "call", "i": i, "resumed": True})
+    reader = read_trace(path)
+    recs = list(reader)
+    assert reader.header["config"] == {"id": "T"} and reader.complete and reader.torn_tail is None
+    assert [(r["i"], "resumed" in r) for r in recs] == [(i, i >= 5) for i in range(7)]
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(path.read_bytes()), read_across_frames=True) as z:
+        raw = list(msgpack.Unpacker(io.BytesIO(z.read()), raw=False))
+    assert [r["type"] for r in raw].count("header") == 1 and raw[-1] == {"type": "end", "records": 8}
+
+    with pytest.raises(TraceFormatError, match="cannot resume"):
+        TraceWriter(path, engine="x", build="1", resume_at=(10**9, 1))

@@ -526,7 +526,7 @@ def check_records(trace_path: str, oracle: LogitOracle) -> dict[str, Any]:
 
 def collect(cfg: LlamaConfig, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
             level: str = "calls", repair: str | None = None, start: int = 0,
-            progress: Callable[[int], None] | None = None, seed_arm: str | None = None,
+            progress: Callable[..., None] | None = None, seed_arm: str | None = None,
             seal: str = "") -> ArmResult:
     """Draws `start .. start + draws - 1` of one arm (`on`, `off` or `repaired`), probed and traced;
     the trace is replayed against the contract when written at level calls or full. `seed_arm` draws

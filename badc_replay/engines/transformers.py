@@ -645,7 +645,7 @@ def check_records(trace_path: str, kernel: Kernel) -> dict[str, Any]:
 
 def collect(cfg: TransformersConfig, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
             level: str = "full", repair: str | None = None, start: int = 0,
-            progress: Callable[[int], None] | None = None, seed_arm: str | None = None,
+            progress: Callable[..., None] | None = None, seed_arm: str | None = None,
             seal: str = "") -> ArmResult:
     """Draws `start .. start + draws - 1` of one arm (`off*` without speculation, `on*`, `repaired`),
     probed and traced; the trace is replayed against the contract (D2 needs level `full`)."""

@@ -346,7 +346,7 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any]) -> l
 
 def collect(cfg: VllmConfig, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
             level: str = "calls", repair: str | None = None, start: int = 0,
-            progress: Callable[[int], None] | None = None, seed_arm: str | None = None,
+            progress: Callable[..., None] | None = None, seed_arm: str | None = None,
             seal: str = "") -> ArmResult:
     """Draws `start .. start + draws - 1` of one arm, probed and traced, `BATCH` draws per generate()."""
     from badc_replay.arms import ArmSpec, collect_arm

@@ -2,6 +2,8 @@
 hypotheses and the frozen repair. Modest draw counts on strong effects; the paper-scale run is
 tools/paper_transformers.sh."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from badc_check.decide import FAILS, INCONCLUSIVE, NOT_REJECTED, Arm, Config, de
 from badc_replay.contract import replay_trace
 from badc_replay.engines import transformers as tf
 from badc_replay.worker import laws
+from tests.shard_resume import kill_and_resume, same_shard
 
 VERSION = tf.engine_version()
 SYNTHID = {"type": "synthid", "keys": [654, 400, 836, 123, 340, 443, 597, 160], "ngram_len": 2}
@@ -230,3 +233,14 @@ def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="unknown predicate"):
         tf.predicate("nope", cfg())
     assert np.isclose(sum(tf.reference_law(cfg(max_new_tokens=1)).law.values()), 1)
+
+
+def test_a_killed_shard_goes_on_from_its_checkpoint_draw_for_draw(tmp_path):
+    """SynthID (state per request) at level full: the resumed trace, its D2 replay and the counts are
+    an uninterrupted run's."""
+    config = {"id": "R", "engine": "transformers", "build": VERSION, "generation": {"watermarking_config": SYNTHID},
+              "drafter": {"method": "prompt_lookup", "num_tokens": 3, "max_ngram_size": 2}}
+    straight, resumed = kill_and_resume(sys.executable, config, tmp_path, arm="on", count=400, level="full",
+                                        kill_after=100)
+    assert straight["resumed"] == 0 and 100 <= resumed["resumed"] < 400
+    assert same_shard(straight, resumed) and resumed["contract"]["calls"] > 0 and resumed["violations"] > 0
