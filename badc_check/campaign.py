@@ -31,6 +31,7 @@ from badc_check.builds import build_for, load_builds
 from badc_check.channels import RecordArm
 from badc_check.confirmation import confirm_repair
 from badc_check.decide import INCONCLUSIVE, Arm, Config, ConfigDecision, decide
+from badc_replay.arms import checkpoint_interval
 
 # Trace level of decision arms: transformers' D2 replay compares each processor's recorded scores.
 TRACE_LEVEL = {"transformers": "full"}
@@ -452,6 +453,10 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     out = Path(out)
     if partial and not (out / "seal.json").exists():
         raise CampaignError(f"{out} holds no sealed campaign to report on")
+    try:  # the workers read it: refuse a bad value here, before any of them starts
+        checkpoint_interval()
+    except ValueError as e:
+        raise CampaignError(str(e)) from None
     out.mkdir(parents=True, exist_ok=True)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     seal = check_seal(campaign, out)

@@ -80,6 +80,18 @@ class _Checkpoint:
         self.path.unlink(missing_ok=True)
 
 
+def checkpoint_interval() -> float:
+    """Seconds between checkpoints: BADC_CHECKPOINT_S, or CHECKPOINT_S."""
+    raw = os.environ.get("BADC_CHECKPOINT_S", str(CHECKPOINT_S))
+    try:
+        every = float(raw)
+    except ValueError:
+        every = -1.0
+    if not every >= 0:
+        raise ValueError(f"BADC_CHECKPOINT_S must be a number of seconds >= 0, not {raw!r}")
+    return every
+
+
 def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tuple[Callable[[int], str], Any]], *,
                 engine: str, build: str, trace_config: dict[str, Any], trace_path: str | None, level: str,
                 seal: str = "", progress: Callable[..., None] | None = None, progress_every: int = 1000,
@@ -89,6 +101,7 @@ def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tupl
     batch requests). `progress(done)` is called every `progress_every` draws, and `progress(done, True)`
     once for the draws a checkpoint holds. `records(trace_path)` checks returned records (channel R)
     after the contract replay."""
+    every = checkpoint_interval()
     writer = checkpoint = saved = None
     if trace_path is not None:
         checkpoint = _Checkpoint(trace_path, {"spec": dataclasses.asdict(spec), "engine": engine, "build": build,
@@ -111,7 +124,6 @@ def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tupl
     probe.instrument(sink)
     probe._ids = itertools.count(spec.start + done)  # request ids are draw indices
     undo = None
-    every = float(os.environ.get("BADC_CHECKPOINT_S", CHECKPOINT_S))
     try:
         draw, undo = setup()
         if done and progress is not None:

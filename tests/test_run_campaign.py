@@ -189,6 +189,13 @@ def test_killed_workers_and_an_interrupted_campaign_lose_nothing_and_count_nothi
                 assert counts == _arm_counts(reference, cid, arm)  # the sealed roster, draw for draw
 
 
+def test_a_bad_checkpoint_interval_is_refused_before_any_worker_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv("BADC_CHECKPOINT_S", "soon")
+    with pytest.raises(CampaignError, match="BADC_CHECKPOINT_S must be a number of seconds >= 0, not 'soon'"):
+        run_campaign(load_campaign(_write(tmp_path, CAMPAIGN.format(other="sglang"))), tmp_path / "o", **QUIET)
+    assert not (tmp_path / "o" / "shards").exists()
+
+
 def test_a_killed_shard_goes_on_from_its_checkpoint_draw_for_draw(tmp_path):
     campaign = load_campaign(_write(tmp_path, CAMPAIGN.format(other="sglang")))
     config = next(c for c in campaign.configs if c["id"] == "PAR")  # violations: the replay has work to do
