@@ -224,22 +224,29 @@ class Progress:
     lock: threading.Lock = field(default_factory=threading.Lock)
     t0: float | None = None  # first shard of this run
     reused: int = 0  # draws already done by an earlier run
+    arm_reused: dict[tuple[str, str], int] = field(default_factory=dict)  # the same, per arm
 
     def begin(self, cid: str, arm: str) -> None:
         with self.lock:
             now = time.monotonic()
-            self.started.setdefault((cid, arm), now)
+            self._start((cid, arm), now)
             if self.t0 is None:
                 self.t0, self.reused = now, sum(self.done.values())
+
+    def _start(self, key: tuple[str, str], now: float) -> None:
+        # an arm's rate counts from its first shard in this run, without the draws earlier runs did
+        if key not in self.started:
+            self.started[key], self.arm_reused[key] = now, self.done.get(key, 0)
 
     def update(self, cid: str, arm: str, start: int, n: int, final: bool = False, resumed: bool = False) -> None:
         """`n` draws of the shard at `start` are done (`final`: all of them); `resumed`: a checkpoint of
         an earlier run held them, so they do not count toward this run's rate."""
         with self.lock:
             key = (cid, arm)
-            self.started.setdefault(key, time.monotonic())
+            self._start(key, time.monotonic())
             if resumed:
                 self.reused += n
+                self.arm_reused[key] += n
             if final:
                 self.inflight.pop((cid, arm, start), None)
                 self.done[key] = self.done.get(key, 0) + n
@@ -254,7 +261,7 @@ class Progress:
         total = self.totals.get(key, 0)
         n = self.done.get(key, 0) + sum(v for (c, a, _), v in self.inflight.items() if (c, a) == key)
         now = time.monotonic()
-        rate = n / max(now - self.started[key], 1e-9)
+        rate = (n - self.arm_reused[key]) / max(now - self.started[key], 1e-9)
         width = 24
         filled = round(width * n / total) if total else width
         self.log(f"{key[0]:>12} {key[1]:<11} [{'#' * filled}{'.' * (width - filled)}] {n:>9,}/{total:,} "

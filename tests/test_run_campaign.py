@@ -287,3 +287,10 @@ def test_progress_shows_the_campaign_share_and_time_left_at_this_runs_rate(monke
     clock[0] += 60
     p.update("A", "on", 0, 400)  # 100 draws in 60 s: 600 left take 360 s
     assert lines[-1].endswith("| campaign 40.0% of 1,000, ~6 min left")
+    # The arm's own rate leaves out both its shards done by an earlier run and a checkpoint's draws.
+    p = camp.Progress(log=lines.append, totals={("A", "on"): 1000}, done={("A", "on"): 500})
+    p.begin("A", "on")
+    p.update("A", "on", 500, 300, resumed=True)
+    clock[0] += 60
+    p.update("A", "on", 500, 420)  # 120 draws in 60 s
+    assert "920/1,000 2 draws/s |" in lines[-1]
