@@ -98,6 +98,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
               f"calls in {len(res.violating_requests)} requests")
         for rid in sorted(res.first_per_request)[: args.limit]:
             print(f"  {res.first_per_request[rid].message()}")
+        if res.first_carry_over is not None:
+            print(f"  drafter state carried over: {res.carried_over} requests did not start from the first "
+                  f"request's drafter settings (a draw may depend on the draws before it); first: "
+                  f"{res.first_carry_over.message()}")
         if res.unchecked:
             print(f"  {res.unchecked}")
         if res.torn_tail:

@@ -2,7 +2,9 @@
 
 Each engine module of badc_replay provides `check_request(records, config) -> list[Violation]`,
 applied to the records of one request in trace order. `replay_trace` streams a trace file, groups
-records by request and reports every violation and the first one per request.
+records by request and reports every violation and the first one per request. Where a probe records
+the drafter's settings at each request's first drafter call, it also reports requests whose drafter
+did not start as the first request's did: state carried over between draws.
 """
 
 from __future__ import annotations
@@ -34,6 +36,25 @@ class Violation:
                 "prefix": self.prefix, "expected": self.expected, "seen": self.seen, "message": self.message()}
 
 
+@dataclass(frozen=True)
+class CarryOver:
+    """A request whose drafter started from other settings than the trace's first request's drafter:
+    state carried over from earlier requests (or the workers' environments differ), so a draw may depend
+    on the draws before it, and a shard resumed in a fresh process may not draw what an unbroken run would."""
+
+    request: int
+    expected: dict[str, Any]  # the settings the trace's first request started with
+    seen: dict[str, Any]
+
+    def message(self) -> str:
+        keys = sorted(k for k in self.expected.keys() | self.seen.keys() if self.expected.get(k) != self.seen.get(k))
+        return (f"request {self.request}, first drafter call: expected the settings the first request started with "
+                f"{ {k: self.expected.get(k) for k in keys} }, saw { {k: self.seen.get(k) for k in keys} }")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"request": self.request, "expected": self.expected, "seen": self.seen, "message": self.message()}
+
+
 @dataclass
 class ContractResult:
     engine: str
@@ -44,6 +65,9 @@ class ContractResult:
     first_per_request: dict[int, Violation] = field(default_factory=dict)
     torn_tail: str | None = None
     unchecked: str | None = None  # contract parts this interpreter could not check, and why
+    drafter_settings: dict[str, Any] | None = None  # what the first request's drafter started with
+    carried_over: int = 0  # requests whose drafter started otherwise
+    first_carry_over: CarryOver | None = None
 
     @property
     def first_violation(self) -> Violation | None:
@@ -54,7 +78,18 @@ class ContractResult:
         return {"calls": self.calls, "violations": self.violations, "requests": self.requests,
                 "violating_requests": len(self.violating_requests),
                 "first_violation": None if first is None else first.to_dict(), "torn_tail": self.torn_tail,
-                "unchecked": self.unchecked}
+                "unchecked": self.unchecked, "drafter_settings": self.drafter_settings,
+                "carried_over": self.carried_over,
+                "first_carry_over": None if self.first_carry_over is None else self.first_carry_over.to_dict()}
+
+    def note_settings(self, request: int, settings: dict[str, Any]) -> None:
+        """A request's drafter started with `settings` (engines whose probes record them)."""
+        if self.drafter_settings is None:
+            self.drafter_settings = settings
+        elif settings != self.drafter_settings:
+            self.carried_over += 1
+            if self.first_carry_over is None:
+                self.first_carry_over = CarryOver(request, self.drafter_settings, settings)
 
 
 def _requests(reader: TraceReader) -> Iterator[tuple[int, list[dict[str, Any]]]]:
@@ -94,6 +129,9 @@ def replay_trace(path: str, *, allow_torn_tail: bool = True) -> ContractResult:
         result.calls += sum(1 for r in records if r["type"] in ("processor", "stop_check", "sample", "step"))
         found = module.check_request(records, config, context) if context is not None else \
             module.check_request(records, config)
+        settings = next((r["settings"] for r in records if r["type"] == "draft" and "settings" in r), None)
+        if settings is not None:
+            result.note_settings(rid, settings)
         for v in found:
             result.violations += 1
             result.violating_requests.add(rid)

@@ -127,6 +127,34 @@ def test_merging_refuses_shards_that_overlap_or_leave_a_gap():
         merge_shards([shard(0, 500), shard(600, 500)])
 
 
+def test_merging_reports_drafter_state_carried_over_within_and_between_shards():
+    from badc_check.campaign import merge_shards, report_markdown
+
+    fresh, grown = {"num_assistant_tokens": 2}, {"num_assistant_tokens": 4}
+
+    def shard(start, settings, carried=0, first=None):
+        contract = {"calls": 1, "requests": 500, "drafter_settings": settings, "carried_over": carried,
+                    "first_carry_over": first}
+        return {"arm": "on", "start": start, "count": 500, "outcomes": {"y": 500}, "proposed": 0, "accepted": 0,
+                "violations": 0, "contract": contract}
+
+    alike = merge_shards([shard(0, fresh), shard(500, fresh)])["contract"]
+    assert alike["drafter_settings"] == fresh and alike["carried_over"] == 0 and alike["first_carry_over"] is None
+    within = {"request": 700, "expected": fresh, "seen": grown, "message": "request 700, ..."}
+    # the shard at 1000 started otherwise than the one at 0: its worker's environment differs
+    merged = merge_shards([shard(0, fresh), shard(500, fresh, 3, within), shard(1000, grown)])["contract"]
+    assert merged["carried_over"] == 4 and merged["first_carry_over"] == within
+    merged = merge_shards([shard(0, fresh), shard(500, grown), shard(1000, fresh, 3, within)])["contract"]
+    assert merged["carried_over"] == 4 and merged["first_carry_over"]["request"] == 500
+    assert "{'num_assistant_tokens': 4}" in merged["first_carry_over"]["message"]
+    assert "carried_over" not in merge_shards([shard(0, None)])["contract"]  # engines that record no settings
+    report = {"campaign": "c", "seal": "s", "alpha": 0.05, "m": 1, "threshold": 0.01, "draws": 1500,
+              "configs": [{"id": "A", "engine": "e", "build": "b", "role": "r", "decision": "NOT_REJECTED",
+                           "eligible": True, "witnesses": 0, "exercise": {"proposed": 1},
+                           "calibration": {"passed": True}, "contract": merged}]}
+    assert "- drafter state carried over: 4 of 1,500 requests" in report_markdown(report)
+
+
 def _worker_pids(arm: str, out: Path) -> list[int]:
     """Workers of this test's campaign only (never another campaign running on the machine)."""
     pids = []

@@ -34,6 +34,9 @@ from badc_trace.outcomes import format_outcome, parse_outcome
 
 SCORE_TOLERANCE = 1e-4  # float32 scores from block and step evaluation differ by ~1e-6
 NEG_INF_FLOOR = -1e30  # scores at or below this are "masked"
+# num_assistant_tokens_schedule values (GenerationConfig): "heuristic" carries the draft length over
+# from one generate() call to the next, so a draw then depends on the draws before it
+DRAFT_SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 
 
 @dataclass
@@ -57,6 +60,10 @@ class TransformersConfig:
         if method not in ("prompt_lookup", "draft_model"):
             raise ValueError(f"config {cfg.id}: transformers drafter.method must be prompt_lookup or draft_model, "
                              f"not {method!r}")
+        schedule = cfg.drafter.get("schedule", "constant")
+        if method == "draft_model" and schedule not in DRAFT_SCHEDULES:
+            raise ValueError(f"config {cfg.id}: transformers drafter.schedule must be one of "
+                             f"{', '.join(DRAFT_SCHEDULES)}, not {schedule!r}")
         for p in cfg.processors:
             if p.get("name") != "xgrammar":
                 raise ValueError(f"config {cfg.id}: unknown transformers processor {p.get('name')!r} (known: xgrammar)")
@@ -149,9 +156,13 @@ class Harness:
             else:
                 assistant, _ = load_model(d.get("model", "tiny:11"))
                 self.spec_kwargs = {"assistant_model": assistant}
+                gc = assistant.generation_config
                 if "num_assistant_tokens" in d:
-                    assistant.generation_config.num_assistant_tokens = int(d["num_assistant_tokens"])
-                    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+                    gc.num_assistant_tokens = int(d["num_assistant_tokens"])
+                    gc.num_assistant_tokens_schedule = "constant"
+                gc.num_assistant_tokens_schedule = d.get("schedule", gc.num_assistant_tokens_schedule)
+                if "confidence_threshold" in d:
+                    gc.assistant_confidence_threshold = float(d["confidence_threshold"])
 
     def call_kwargs(self) -> dict[str, Any]:
         """generate() keywords for one request; third-party processors are made fresh for each

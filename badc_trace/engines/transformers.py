@@ -5,7 +5,9 @@ tracked as nesting, its calls carry role `draft`):
 
 - `request`: prompt ids and the plain generation keywords;
 - `draft`: each drafter's `get_candidates` (prompt lookup, draft model), the committed ids it read and
-  its proposal;
+  its proposal; a request's first one also carries the drafter's `settings` as that call found them
+  (draft length, schedule, confidence threshold and whether transformers adapts it, which it does only
+  where scikit-learn is importable), so a replay can tell whether state carried over between requests;
 - `processor`: each processor call, the list (`proc` = -1) and each element (`proc` = its index), with
   the ids it was given, the position's logical prefix length `logical_len`, its role (`filter`: the
   prompt-lookup drafter's candidate filtering on all-one placeholder scores; `verify`: assisted
@@ -51,6 +53,11 @@ def _f32(t: Any) -> bytes:
     return np.asarray(t.detach().float().cpu().numpy(), dtype=np.float32).reshape(-1).tobytes()
 
 
+def _plain(v: Any) -> Any:
+    # settings may be numpy or torch scalars (an adapted threshold comes from sklearn's roc_curve)
+    return v.item() if hasattr(v, "item") else v
+
+
 def _ids(t: Any) -> list[int]:
     return [int(x) for x in t.reshape(-1).tolist()]
 
@@ -69,6 +76,7 @@ class _Request:
         self.in_element = 0
         self.last_draft: tuple[int, list[int]] | None = None  # (committed length, proposal)
         self.candidate_pending = False  # between a drafter's return and its block's verification
+        self.drafter_seen = False  # the drafter's settings are recorded at its first call
 
     def account(self, sink: TraceSink, ids: list[int]) -> None:
         """Count the drafts of the last block that were committed: the leading ids after the block's
@@ -95,7 +103,9 @@ class TransformersInstrumentor(BaseInstrumentor):
         from transformers.generation import logits_process as lp
         from transformers.generation import stopping_criteria as sc
         from transformers.generation.utils import GenerationMixin
+        from transformers.utils import is_sklearn_available
 
+        self._sklearn = is_sklearn_available()
         self._element_owners: set[type] = set()
         self.last_request: _Request | None = None
         self._wrap(GenerationMixin, "generate", self._generate)
@@ -167,9 +177,12 @@ class TransformersInstrumentor(BaseInstrumentor):
         def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
             req = self._req
             ids = args[0] if args else kwargs["input_ids"]
+            settings = None
             if req is not None:
                 req.in_drafter = role
                 req.committed = int(ids.shape[-1])
+                if req.depth == 1 and not req.drafter_seen:
+                    req.drafter_seen, settings = True, self._settings(instance)
             try:
                 cand, cand_logits = wrapped(*args, **kwargs)
             finally:
@@ -182,11 +195,25 @@ class TransformersInstrumentor(BaseInstrumentor):
                 req.candidate_pending = True
             self.sink.count("drafter_calls")
             self.sink.count("proposed", n)
-            self.sink.emit({"type": "draft", "req": None if req is None else req.id, "drafter": type(instance).__name__,
-                            "committed": _ids(ids), "draft": _ids(cand[0, ids.shape[-1]:])})
+            rec = {"type": "draft", "req": None if req is None else req.id, "drafter": type(instance).__name__,
+                   "committed": _ids(ids), "draft": _ids(cand[0, ids.shape[-1]:])}
+            if settings is not None:
+                rec["settings"] = settings
+            self.sink.emit(rec)
             return cand, cand_logits
 
         return wrapper
+
+    def _settings(self, drafter: Any) -> dict[str, Any]:
+        """What decides a drafter's proposals besides the ids, read before its first call of a request."""
+        if hasattr(drafter, "num_assistant_tokens"):
+            gc = drafter.assistant_generation_config
+            threshold = gc.assistant_confidence_threshold
+            return {"num_assistant_tokens": _plain(drafter.num_assistant_tokens),
+                    "schedule": gc.num_assistant_tokens_schedule, "confidence_threshold": _plain(threshold),
+                    # utils adapts the threshold inside a request, and only with scikit-learn importable
+                    "threshold_adapts": bool(self._sklearn and threshold)}
+        return {k: _plain(getattr(drafter, k, None)) for k in ("num_output_tokens", "max_matching_ngram_size")}
 
     # -- processors ------------------------------------------------------------------------------
     def _role(self, req: _Request) -> str:

@@ -253,3 +253,32 @@ def test_a_killed_shard_goes_on_from_its_checkpoint_draw_for_draw(tmp_path):
                                         kill_after=100)
     assert straight["resumed"] == 0 and 100 <= resumed["resumed"] < 400
     assert same_shard(straight, resumed) and resumed["contract"]["calls"] > 0 and resumed["violations"] > 0
+
+
+def test_draft_model_settings_are_recorded_and_state_carried_between_requests_is_reported(tmp_path):
+    """A request's first drafter call records the settings it found. With the "constant" schedule every
+    request starts alike; with "heuristic" transformers writes the draft length back to the assistant's
+    generation config, so later requests start from what earlier ones left, and the replay says so."""
+    import importlib.util
+
+    from badc_trace.format import read_trace
+
+    fresh = {"num_assistant_tokens": 2, "schedule": "constant", "confidence_threshold": 0.4,
+             "threshold_adapts": importlib.util.find_spec("sklearn") is not None}
+    for schedule in ("constant", "heuristic"):
+        path = str(tmp_path / f"{schedule}.badc")
+        c = cfg(drafter={"method": "draft_model", "model": "tiny:11", "num_assistant_tokens": 2, "schedule": schedule})
+        res = tf.collect(c, "on", 40, 1, trace_path=path, level="calls")
+        assert res.proposed > 0
+        drafts = [r for r in read_trace(path) if r["type"] == "draft"]
+        assert sum("settings" in r for r in drafts) == 40  # one per request, at its first drafter call
+        contract = replay_trace(path)
+        assert contract.drafter_settings == {**fresh, "schedule": schedule}
+        if schedule == "constant":
+            assert contract.carried_over == 0 and contract.first_carry_over is None
+        else:
+            first = contract.first_carry_over
+            assert contract.carried_over > 0 and first.seen["num_assistant_tokens"] != 2
+            assert first.expected == contract.drafter_settings and "num_assistant_tokens" in first.message()
+    with pytest.raises(ValueError, match="drafter.schedule"):
+        cfg(drafter={"method": "draft_model", "schedule": "sometimes"})
