@@ -265,15 +265,18 @@ def test_draft_model_settings_are_recorded_and_state_carried_between_requests_is
 
     fresh = {"num_assistant_tokens": 2, "schedule": "constant", "confidence_threshold": 0.4,
              "threshold_adapts": importlib.util.find_spec("sklearn") is not None}
-    for schedule in ("constant", "heuristic"):
+    # without the confidence criterion the tiny assistant's drafts are as long as the schedule says
+    for schedule, threshold in (("constant", {}), ("heuristic", {"confidence_threshold": 0})):
         path = str(tmp_path / f"{schedule}.badc")
-        c = cfg(drafter={"method": "draft_model", "model": "tiny:11", "num_assistant_tokens": 2, "schedule": schedule})
+        c = cfg(drafter={"method": "draft_model", "model": "tiny:11", "num_assistant_tokens": 2, "schedule": schedule,
+                         **threshold})
         res = tf.collect(c, "on", 40, 1, trace_path=path, level="calls")
         assert res.proposed > 0
         drafts = [r for r in read_trace(path) if r["type"] == "draft"]
         assert sum("settings" in r for r in drafts) == 40  # one per request, at its first drafter call
         contract = replay_trace(path)
-        assert contract.drafter_settings == {**fresh, "schedule": schedule}
+        settings = {**fresh, "schedule": schedule, **threshold}
+        assert contract.drafter_settings == {**settings, "threshold_adapts": fresh["threshold_adapts"] and not threshold}
         if schedule == "constant":
             assert contract.carried_over == 0 and contract.first_carry_over is None
         else:
