@@ -226,6 +226,9 @@ class Progress:
     t0: float | None = None  # first shard of this run
     reused: int = 0  # draws already done by an earlier run
     arm_reused: dict[tuple[str, str], int] = field(default_factory=dict)  # the same, per arm
+    workers: int = 0  # shards running at once (0: unknown, e.g. on a Ray cluster)
+    shard_s: float = 0.0  # worker-seconds of every finished shard, earlier runs' included,
+    shard_draws: int = 0  # and the draws they timed
 
     def begin(self, cid: str, arm: str) -> None:
         with self.lock:
@@ -233,6 +236,16 @@ class Progress:
             self._start((cid, arm), now)
             if self.t0 is None:
                 self.t0, self.reused = now, sum(self.done.values())
+
+    def timed(self, shard: Path) -> None:
+        """Count a finished shard's worker time (its JSON's `elapsed_s`, for the draws it did itself)."""
+        try:
+            d = json.loads(shard.read_text())
+            elapsed, draws = float(d["elapsed_s"]), int(d["count"]) - int(d.get("resumed", 0))
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # an estimate only: a shard without timings is left out
+        with self.lock:
+            self.shard_s, self.shard_draws = self.shard_s + elapsed, self.shard_draws + draws
 
     def _start(self, key: tuple[str, str], now: float) -> None:
         # an arm's rate counts from its first shard in this run, without the draws earlier runs did
@@ -269,16 +282,21 @@ class Progress:
                  f"{rate:,.0f} draws/s{self._campaign(now)}")
 
     def _campaign(self, now: float) -> str:
-        """The whole roster's share done and, at this run's rate so far, roughly how long is left."""
+        """The whole roster's share done and roughly how long is left: at the worker time per draw of
+        every finished shard, earlier runs' included (arms differ in cost several-fold, so this run's
+        rate alone misleads after a restart in a slow arm), or else at this run's rate so far."""
         total = sum(self.totals.values())
         done = sum(self.done.values()) + sum(self.inflight.values())
         if not total or self.t0 is None:
             return ""
-        rate = (done - self.reused) / max(now - self.t0, 1e-9)
-        left = ""
-        if rate > 0 and now - self.t0 >= 60:
-            s = (total - done) / rate
-            left = f", ~{s / 60:.0f} min left" if s < 5400 else f", ~{s / 3600:.1f} h left"
+        left, s = "", None
+        if self.workers and self.shard_draws > 0 and self.shard_s > 0:
+            s = (total - done) * self.shard_s / self.shard_draws / self.workers
+        elif now - self.t0 >= 60 and done > self.reused:
+            s = (total - done) / ((done - self.reused) / (now - self.t0))
+        if s is not None:
+            left = (f", ~{s:.0f} s left" if s < 90 else f", ~{s / 60:.0f} min left" if s < 5400
+                    else f", ~{s / 3600:.1f} h left")
         return f" | campaign {100 * done / total:.1f}% of {total:,}{left}"
 
 
@@ -331,6 +349,8 @@ class Executor:
         if kind not in ("local", "ray", "inline"):
             raise CampaignError(f"executor must be local, ray or inline, not {kind!r}")
         self.kind, self.workers, self.progress, self.log = kind, max(1, workers), progress, log
+        # how many shards run at once, for the time-left estimate; unknown on a Ray cluster
+        progress.workers = 1 if kind == "inline" else 0 if os.environ.get("RAY_ADDRESS") else self.workers
         if kind == "ray":
             try:
                 import ray
@@ -347,8 +367,7 @@ class Executor:
             codes = []
             for job, _ in jobs:
                 codes.append(_run_inline(job, out, seed, seal))
-                if job.kind == "shard":
-                    self.progress.update(job.cid, job.arm, job.start, job.count, final=True)
+                self._finished(job, codes[-1], out)
             return codes
         if self.kind == "ray":
             import ray
@@ -360,20 +379,24 @@ class Executor:
             codes = []
             for (job, _), ref in zip(jobs, refs, strict=True):
                 codes.append(ray.get(ref))
-                if job.kind == "shard" and codes[-1] == 0:
-                    self.progress.update(job.cid, job.arm, job.start, job.count, final=True)
+                self._finished(job, codes[-1], out)
             return codes
         from concurrent.futures import ThreadPoolExecutor
 
         def one(item: tuple[Job, list[str]]) -> int:
             job, cmd = item
             code = _run_local(job, cmd, self.progress, self.log)
-            if job.kind == "shard" and code == 0:
-                self.progress.update(job.cid, job.arm, job.start, job.count, final=True)
+            self._finished(job, code, out)
             return code
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             return list(pool.map(one, jobs))
+
+    def _finished(self, job: Job, code: int, out: Path | None) -> None:
+        if job.kind == "shard" and code == 0:
+            self.progress.update(job.cid, job.arm, job.start, job.count, final=True)
+            if out is not None:
+                self.progress.timed(job.output(out))
 
 
 # -- merging and deciding ------------------------------------------------------------------------
@@ -509,6 +532,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                 progress.totals[(cid, j.arm)] = progress.totals.get((cid, j.arm), 0) + j.count
                 if j.output(out).exists():
                     progress.done[(cid, j.arm)] = progress.done.get((cid, j.arm), 0) + j.count
+                    progress.timed(j.output(out))
     ex = Executor(executor, workers, progress, log)
     # Laws first (a config without its laws cannot be decided), then every shard, retried on failure.
     for phase in () if partial else ("laws", "shard"):

@@ -291,7 +291,7 @@ def test_partial_report_decides_finished_configs_with_the_final_m_and_runs_nothi
         run_campaign(load_campaign(path), tmp_path / "empty", partial=True, **QUIET)
 
 
-def test_progress_shows_the_campaign_share_and_time_left_at_this_runs_rate(monkeypatch):
+def test_progress_shows_the_campaign_share_and_time_left(monkeypatch, tmp_path):
     from badc_check import campaign as camp
 
     clock = [1000.0]
@@ -315,6 +315,20 @@ def test_progress_shows_the_campaign_share_and_time_left_at_this_runs_rate(monke
     clock[0] += 60
     p.update("A", "on", 0, 400)  # 100 draws in 60 s: 600 left take 360 s
     assert lines[-1].endswith("| campaign 40.0% of 1,000, ~6 min left")
+    # With finished shards timed (earlier runs' too), the estimate is their worker time per draw: 2
+    # workers, 1,000 draws that took 100 worker-seconds, 600 draws left: 30 s, from the first update.
+    (tmp_path / "a.json").write_text(json.dumps({"count": 500, "resumed": 0, "elapsed_s": 40.0}))
+    (tmp_path / "b.json").write_text(json.dumps({"count": 700, "resumed": 200, "elapsed_s": 60.0}))
+    (tmp_path / "c.json").write_text("{")  # torn: left out
+    p = camp.Progress(log=lines.append, totals={("A", "on"): 1000}, workers=2)
+    for name in ("a", "b", "c", "missing"):
+        p.timed(tmp_path / f"{name}.json")
+    p.begin("A", "on")
+    p.update("A", "on", 0, 400)
+    assert lines[-1].endswith("| campaign 40.0% of 1,000, ~30 s left") and (p.shard_s, p.shard_draws) == (100, 1000)
+    p.totals[("A", "on")] = 3_000_000
+    p.update("A", "on", 0, 400, final=True)
+    assert lines[-1].endswith(", ~41.7 h left")  # 2,999,600 draws at 0.05 s per draw
     # The arm's own rate leaves out both its shards done by an earlier run and a checkpoint's draws.
     p = camp.Progress(log=lines.append, totals={("A", "on"): 1000}, done={("A", "on"): 500})
     p.begin("A", "on")

@@ -275,8 +275,8 @@ def test_draft_model_settings_are_recorded_and_state_carried_between_requests_is
         drafts = [r for r in read_trace(path) if r["type"] == "draft"]
         assert sum("settings" in r for r in drafts) == 40  # one per request, at its first drafter call
         contract = replay_trace(path)
-        settings = {**fresh, "schedule": schedule, **threshold}
-        assert contract.drafter_settings == {**settings, "threshold_adapts": fresh["threshold_adapts"] and not threshold}
+        adapts = fresh["threshold_adapts"] and not threshold
+        assert contract.drafter_settings == {**fresh, "schedule": schedule, **threshold, "threshold_adapts": adapts}
         if schedule == "constant":
             assert contract.carried_over == 0 and contract.first_carry_over is None
         else:
