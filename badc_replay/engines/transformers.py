@@ -64,6 +64,10 @@ class TransformersConfig:
         if method == "draft_model" and schedule not in DRAFT_SCHEDULES:
             raise ValueError(f"config {cfg.id}: transformers drafter.schedule must be one of "
                              f"{', '.join(DRAFT_SCHEDULES)}, not {schedule!r}")
+        threshold = cfg.drafter.get("confidence_threshold", 0)
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
+            raise ValueError(f"config {cfg.id}: transformers drafter.confidence_threshold must be a number in [0, 1] "
+                             f"(0: no confidence criterion), not {threshold!r}")
         for p in cfg.processors:
             if p.get("name") != "xgrammar":
                 raise ValueError(f"config {cfg.id}: unknown transformers processor {p.get('name')!r} (known: xgrammar)")

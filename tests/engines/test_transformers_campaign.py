@@ -285,3 +285,5 @@ def test_draft_model_settings_are_recorded_and_state_carried_between_requests_is
             assert first.expected == contract.drafter_settings and "num_assistant_tokens" in first.message()
     with pytest.raises(ValueError, match="drafter.schedule"):
         cfg(drafter={"method": "draft_model", "schedule": "sometimes"})
+    with pytest.raises(ValueError, match=r"drafter.confidence_threshold must be a number in \[0, 1\].*'high'"):
+        cfg(drafter={"method": "draft_model", "confidence_threshold": "high"})
