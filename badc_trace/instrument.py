@@ -11,6 +11,7 @@ import hashlib
 import importlib.metadata
 import itertools
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -98,10 +99,42 @@ def plain(obj: Any) -> Any:
 
 def state_digest(obj: Any) -> str:
     """A digest of an object's attributes, by content: how a processor's state is compared across calls
-    and across runs (so object addresses never enter it)."""
+    and across runs (so object addresses never enter it). A tensor of 64 KiB or more enters as the
+    digest of its bytes, computed once per in-place version (torch's version counter): SynthID's
+    512 KiB sampling table would otherwise be hashed at every processor call. A change made behind
+    that counter (through `.data` or a NumPy view) is not seen until the tensor changes otherwise."""
     h = hashlib.blake2b(digest_size=8)
     _digest(h, getattr(obj, "__dict__", {}), 0)
     return h.hexdigest()
+
+
+BIG_TENSOR = 1 << 16  # bytes
+_big: dict[int, tuple[Any, tuple, bytes]] = {}  # id -> (weak reference, version key, digest of the bytes)
+_big_lock = threading.Lock()
+
+
+def _tensor_bytes(v: Any, t: Any) -> bytes:
+    """The bytes a tensor `v` (`t`: detached, on the CPU) contributes to a digest."""
+    version = getattr(v, "_version", None)
+    big = version is not None and v.numel() * v.element_size() >= BIG_TENSOR
+    if big:
+        key = (version, v.data_ptr(), tuple(v.shape), tuple(v.stride()), str(v.dtype))
+        with _big_lock:
+            hit = _big.get(id(v))
+        if hit is not None and hit[0]() is v and hit[1] == key:
+            return hit[2]
+    try:
+        raw = t.numpy().tobytes()
+    except TypeError:  # a dtype numpy lacks (bfloat16)
+        raw = repr(t.tolist()).encode()
+    if not big:
+        return raw
+    d = hashlib.blake2b(raw, digest_size=16).digest()
+    with _big_lock:
+        if len(_big) >= 256:  # processors are made per request: old entries are dead tensors
+            _big.clear()
+        _big[id(v)] = (weakref.ref(v), key, d)
+    return d
 
 
 def _digest(h: Any, v: Any, depth: int) -> None:
@@ -119,10 +152,7 @@ def _digest(h: Any, v: Any, depth: int) -> None:
     elif hasattr(v, "detach") and hasattr(v, "numpy"):  # a tensor, without importing its library
         t = v.detach().cpu()
         h.update(str(tuple(t.shape)).encode())
-        try:
-            h.update(t.numpy().tobytes())
-        except TypeError:  # a dtype numpy lacks (bfloat16)
-            h.update(repr(t.tolist()).encode())
+        h.update(_tensor_bytes(v, t))
     elif hasattr(v, "named_parameters"):
         pass  # a model the processor calls: shared weights, not the processor's state
     elif isinstance(v, str | int | float | bool | bytes) or v is None:

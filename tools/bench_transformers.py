@@ -1,14 +1,16 @@
 """Probe and replay cost on transformers: draws per second unprobed, probed at level counts, and at
-level full with the trace replayed (D1-D3, the level campaigns use), for plain sampling and for
-classifier-free guidance, speculation off and on. Ratios within one run; each cell is measured REPEAT
+level full with the trace replayed (D1-D3, the level campaigns use), for plain sampling, classifier-free
+guidance and the SynthID watermark, speculation off and on. Ratios within one run; each cell is measured REPEAT
 times back to back (unprobed, counts, full) and the median ratio is shown, since the machines are shared.
 
-Run under a transformers build: .venvs/transformers-5.24.0/bin/python tools/bench_transformers.py
+Run under a transformers build: .venvs/transformers-5.24.0/bin/python tools/bench_transformers.py [NAME ...]
+(NAME: plain, guidance, synthid; default all)
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -18,6 +20,8 @@ from badc_replay.engines import transformers as tf
 N = 400
 SHORT = 50
 REPEAT = 3
+SYNTHID = {"type": "synthid", "keys": [654, 400, 836, 123, 340, 443, 597, 160], "ngram_len": 2}
+CONFIGS = {"plain": {}, "guidance": {"guidance_scale": 1.5}, "synthid": {"watermarking_config": SYNTHID}}
 
 
 def rate(fn, *args, **kwargs) -> float:
@@ -44,11 +48,15 @@ def draws(h: tf.Harness) -> None:
 
 
 def main() -> None:
+    unknown = sorted(set(sys.argv[1:]) - set(CONFIGS))
+    if unknown:
+        sys.exit(f"bench_transformers: unknown config {', '.join(unknown)} (known: {', '.join(CONFIGS)})")
     print(f"transformers {tf.engine_version()}, {N} draws per cell")
     print("| config | arm | unprobed draws/s | counts | full + replay |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, gen in (("plain", {}), ("guidance 1.5", {"guidance_scale": 1.5})):
+        for name in sys.argv[1:] or CONFIGS:
+            gen = CONFIGS[name]
             c = tf.config_from_dict({"id": "bench", "generation": gen})
             for arm in ("off", "on"):
                 h = tf.Harness(c, speculative=arm == "on")

@@ -36,3 +36,29 @@ def test_generate_with_prompt_lookup_runs():
                          max_matching_ngram_size=2)
     new = out[0, ids.shape[1]:].tolist()
     assert 1 <= len(new) <= 3 and all(0 <= t < len(tiny.VOCAB) for t in new)
+
+
+def test_state_digest_is_by_content_and_sees_in_place_changes_of_big_tensors():
+    """Tensors of 64 KiB or more are hashed once per in-place version (SynthID's sampling table is
+    512 KiB): an in-place change, a new tensor and a different content must all still show."""
+    from badc_trace.instrument import BIG_TENSOR, state_digest
+
+    class State:
+        pass
+
+    a, b = State(), State()
+    a.table, a.context = torch.arange(BIG_TENSOR // 8 * 2), torch.zeros(3)  # 128 KiB of int64
+    b.table, b.context = a.table.clone(), a.context.clone()
+    first = state_digest(a)
+    assert state_digest(a) == first == state_digest(b)  # by content, not by object or address
+    a.table[5] += 1
+    changed = state_digest(a)
+    assert changed != first
+    a.table.view(-1)[5] -= 1  # through a view: the version counter is shared
+    assert state_digest(a) == first
+    b.table = torch.arange(BIG_TENSOR // 8 * 2)
+    b.table[7] = -1
+    assert state_digest(b) not in (first, changed)
+    b.table[7] = 7
+    b.context[0] = 1.0  # a small tensor is hashed every time
+    assert state_digest(b) != first
