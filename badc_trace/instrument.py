@@ -113,8 +113,9 @@ _big: dict[int, tuple[Any, tuple, bytes]] = {}  # id -> (weak reference, version
 _big_lock = threading.Lock()
 
 
-def _tensor_bytes(v: Any, t: Any) -> bytes:
-    """The bytes a tensor `v` (`t`: detached, on the CPU) contributes to a digest."""
+def _tensor_bytes(v: Any) -> bytes:
+    """The bytes a tensor contributes to a digest (a big one's are copied off its device only when it
+    changed)."""
     version = getattr(v, "_version", None)
     big = version is not None and v.numel() * v.element_size() >= BIG_TENSOR
     if big:
@@ -123,6 +124,7 @@ def _tensor_bytes(v: Any, t: Any) -> bytes:
             hit = _big.get(id(v))
         if hit is not None and hit[0]() is v and hit[1] == key:
             return hit[2]
+    t = v.detach().cpu()
     try:
         raw = t.numpy().tobytes()
     except TypeError:  # a dtype numpy lacks (bfloat16)
@@ -150,9 +152,8 @@ def _digest(h: Any, v: Any, depth: int) -> None:
         h.update(str(np.shape(v)).encode())
         h.update(np.ascontiguousarray(v).tobytes())
     elif hasattr(v, "detach") and hasattr(v, "numpy"):  # a tensor, without importing its library
-        t = v.detach().cpu()
-        h.update(str(tuple(t.shape)).encode())
-        h.update(_tensor_bytes(v, t))
+        h.update(str(tuple(v.shape)).encode())
+        h.update(_tensor_bytes(v))
     elif hasattr(v, "named_parameters"):
         pass  # a model the processor calls: shared weights, not the processor's state
     elif isinstance(v, str | int | float | bool | bytes) or v is None:
