@@ -32,7 +32,7 @@ from badc_check.channels import RecordArm
 from badc_check.confirmation import confirm_repair
 from badc_check.decide import INCONCLUSIVE, Arm, Config, ConfigDecision, decide
 from badc_replay.arms import checkpoint_interval
-from badc_replay.contract import ContractResult
+from badc_replay.contract import merge_contracts
 
 # Trace level of decision arms: transformers' D2 replay compares each processor's recorded scores.
 TRACE_LEVEL = {"transformers": "full"}
@@ -406,12 +406,9 @@ def merge_shards(shards: list[dict[str, Any]]) -> dict[str, Any]:
     """One arm from its shards: counts add up; the first violation is the earliest draw's."""
     outcomes: dict[str, int] = {}
     total = {"proposed": 0, "accepted": 0, "violations": 0, "draws": 0}
-    contract = {"calls": 0, "violations": 0, "requests": 0, "violating_requests": 0, "first_violation": None}
-    # every shard starts a fresh engine: shards whose drafters started differently ran in different environments
-    settings = ContractResult("")
-    carry_overs = []
     records: dict[str, Any] | None = None
-    for s in sorted(shards, key=lambda s: s["start"]):
+    shards = sorted(shards, key=lambda s: s["start"])
+    for s in shards:
         if s["start"] != total["draws"]:  # shards must tile 0..n: never a draw twice, never a gap
             raise CampaignError(f"shard {s.get('arm', '')}-{s['start']} does not start at draw {total['draws']:,}: "
                                 "shards of different sizes were mixed in one output folder")
@@ -420,15 +417,6 @@ def merge_shards(shards: list[dict[str, Any]]) -> dict[str, Any]:
         for key in ("proposed", "accepted", "violations"):
             total[key] += s[key]
         total["draws"] += s["count"]
-        c = s.get("contract") or {}
-        for key in ("calls", "violations", "requests", "violating_requests"):
-            contract[key] += c.get(key, 0)
-        if contract["first_violation"] is None and c.get("first_violation"):
-            contract["first_violation"] = c["first_violation"]
-        if c.get("drafter_settings") is not None:
-            settings.note_settings(s["start"], c["drafter_settings"])
-        settings.carried_over += c.get("carried_over", 0)
-        carry_overs += [c["first_carry_over"]] if c.get("first_carry_over") else []
         r = s.get("records")
         if r is not None:
             records = records or {"draws": 0, "mismatch": 0, "positions": {}, "first_mismatch": None}
@@ -437,10 +425,7 @@ def merge_shards(shards: list[dict[str, Any]]) -> dict[str, Any]:
             for p, k in r["positions"].items():
                 records["positions"][str(p)] = records["positions"].get(str(p), 0) + k
             records["first_mismatch"] = records["first_mismatch"] or r.get("first_mismatch")
-    if settings.drafter_settings is not None:
-        carry_overs += [settings.first_carry_over.to_dict()] if settings.first_carry_over else []
-        contract.update(drafter_settings=settings.drafter_settings, carried_over=settings.carried_over,
-                        first_carry_over=min(carry_overs, key=lambda v: v["request"], default=None))
+    contract = merge_contracts([(s["start"], s.get("contract") or {}) for s in shards])
     return {"outcomes": outcomes, **total, "contract": contract, "records": records}
 
 

@@ -92,6 +92,31 @@ class ContractResult:
                 self.first_carry_over = CarryOver(request, self.drafter_settings, settings)
 
 
+def merge_contracts(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """One arm's contract summary from its shards' (`(first draw, ContractResult.to_dict())`, in draw
+    order): counts add up, the first violation is the earliest request's. Every shard starts a fresh
+    engine, so a shard whose drafter started otherwise than the first shard's adds one carried-over
+    request (the workers' environments differ) to those carried over within the shards."""
+    merged: dict[str, Any] = {"calls": 0, "violations": 0, "requests": 0, "violating_requests": 0,
+                              "first_violation": None}
+    between = ContractResult("")
+    within = 0
+    firsts: list[dict[str, Any]] = []
+    for start, c in parts:
+        for key in ("calls", "violations", "requests", "violating_requests"):
+            merged[key] += c.get(key, 0)
+        merged["first_violation"] = merged["first_violation"] or c.get("first_violation")
+        if c.get("drafter_settings") is not None:
+            between.note_settings(start, c["drafter_settings"])
+        within += c.get("carried_over", 0)
+        firsts += [c["first_carry_over"]] if c.get("first_carry_over") else []
+    if between.drafter_settings is not None:  # engines whose probes record no settings leave these out
+        firsts += [between.first_carry_over.to_dict()] if between.first_carry_over else []
+        merged.update(drafter_settings=between.drafter_settings, carried_over=between.carried_over + within,
+                      first_carry_over=min(firsts, key=lambda v: v["request"], default=None))
+    return merged
+
+
 def _requests(reader: TraceReader) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     # Records of one request are contiguous except drafter records, which carry the request id too.
     current: int | None = None
