@@ -62,3 +62,40 @@ def test_state_digest_is_by_content_and_sees_in_place_changes_of_big_tensors():
     b.table[7] = 7
     b.context[0] = 1.0  # a small tensor is hashed every time
     assert state_digest(b) != first
+
+
+def _repro():
+    """findings/transformers/upstream/repro.py, the standalone reproducer for upstream reports."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "findings" / "transformers" / "upstream" / "repro.py"
+    spec = importlib.util.spec_from_file_location("badc_upstream_repro", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_upstream_reproducer_builds_the_tiny_model_and_shows_guidance_state_advanced_by_drafts():
+    repro = _repro()
+    model, _ = repro.build(SEED)
+    assert tiny.weights_digest(model) == tiny.weights_digest(tiny.build(SEED)[0])
+    from transformers.generation import logits_process as lp
+
+    cfg_processor = lp.UnbatchedClassifierFreeGuidanceLogitsProcessor
+    new, calls = repro.trace_stateful(repro.Run({"guidance_scale": 1.5}), cfg_processor, seed=0)
+    placeholders = [c for c in calls if c[1]]
+    sampled = [c for c in calls if not c[1]]
+    # sequential decoding calls the processor once per new token, on the scores it samples from
+    assert len(calls) > len(new) and placeholders and sampled[0][0] == []
+    assert sampled[0][2] > 0.01  # the first sampled row already differs from the sequential schedule's
+    assert cfg_processor.__call__.__name__ == "__call__"  # the logging patch is undone
+
+
+def test_upstream_reproducer_plain_sampling_rows_agree_with_the_sequential_schedule():
+    # the control: a processor without state (temperature) gives the same scores on every schedule
+    repro = _repro()
+    from transformers.generation import logits_process as lp
+
+    new, calls = repro.trace_stateful(repro.Run({"temperature": 0.7}), lp.TemperatureLogitsWarper, seed=0)
+    assert calls and all(c[2] < 1e-6 for c in calls if not c[1])
