@@ -217,7 +217,8 @@ def stop_string(draws: int) -> None:
             print(f"transformers {transformers.__version__}: seed {seed}, prompt lookup, stop_strings=['cd']: returned "
                   f"{text!r}. The stop string is complete after {at} new tokens, but StopStringCriteria was evaluated "
                   f"only at {lengths} new tokens, after each verification block; it looks at the end of the "
-                  f"sequence, so it did not see 'cd' and generation went on.")
+                  f"sequence, so it did not see 'cd' and generation went on. Without prompt lookup the same seed "
+                  f"returns {run.text(run.generate(seed, False, tokenizer=True))!r}.")
             break
     compare(run, draws, tokenizer=True, witness=early)
 
