@@ -8,6 +8,7 @@ prompt `abcdabcdab`, `max_new_tokens=3`, `do_sample=True`, and prompt lookup
 
     python repro.py guidance      # guidance_scale=1.5: processor state advanced by drafts
     python repro.py synthid       # the SynthID watermark: the same
+    python repro.py synthid-draft-model  # the same with a draft model as the drafter
     python repro.py stop-string   # stop_strings=["cd"] completed inside a verification block
     python repro.py xgrammar      # xgrammar's HF processor with prompt lookup: AssertionError
     python repro.py all [--draws N]
@@ -65,15 +66,16 @@ def build(seed: int = 7) -> tuple[transformers.PreTrainedModel, transformers.Pre
 
 
 class Run:
-    def __init__(self, generation: dict, processors=None):
+    def __init__(self, generation: dict, processors=None, speculation: dict | None = None):
         self.model, self.tok = build()
+        self.speculation = SPECULATION if speculation is None else speculation
         self.ids = self.tok(PROMPT, return_tensors="pt").input_ids
         self.generation = {"max_new_tokens": 3, "do_sample": True, **generation}
         self.processors = processors  # a function returning a fresh LogitsProcessorList, or None
 
     def generate(self, seed: int, speculative: bool, tokenizer: bool = False) -> list[int]:
         torch.manual_seed(seed)
-        kw = dict(self.generation, **(SPECULATION if speculative else {}))
+        kw = dict(self.generation, **(self.speculation if speculative else {}))
         if self.processors:
             kw["logits_processor"] = self.processors(self)
         if tokenizer:
@@ -189,6 +191,15 @@ def synthid(draws: int) -> None:
     compare(run, draws)
 
 
+def synthid_draft_model(draws: int) -> None:
+    """The same watermark with a draft model (badc's `tiny:11`) instead of prompt lookup: the
+    assistant's generate() runs the same processor list, and its calls advance the same state."""
+    run = Run({"watermarking_config": transformers.SynthIDTextWatermarkingConfig(**SYNTHID)},
+              speculation={"assistant_model": build(11)[0]})
+    print(f"transformers {transformers.__version__}: SynthID with assistant_model (tiny:11) as the drafter")
+    compare(run, draws)
+
+
 # -- a stop string completed inside a verification block ---------------------------------------------
 
 
@@ -247,7 +258,8 @@ def xgrammar(draws: int) -> None:
     compare(run, min(draws, 1000))
 
 
-CASES = {"guidance": guidance, "synthid": synthid, "stop-string": stop_string, "xgrammar": xgrammar}
+CASES = {"guidance": guidance, "synthid": synthid, "synthid-draft-model": synthid_draft_model,
+         "stop-string": stop_string, "xgrammar": xgrammar}
 
 
 def main() -> int:
