@@ -98,6 +98,29 @@ def test_guidance_fails_compatible_with_its_hypothesis_and_the_repair_confirms(t
     assert d_rep.decision == NOT_REJECTED
 
 
+def test_the_same_repair_removes_the_synthid_state_difference(tmp_path):
+    # guidance and SynthID share the cause (no rollback of processor state): the campaign confirms the
+    # repair on guidance, one configuration per cause and build as the paper's S3 does; this checks it
+    # on SynthID too, with the same seeds on and repaired
+    config = {"engine": "transformers", "id": "HF-7", "generation": {"watermarking_config": SYNTHID}}
+    c = tf.config_from_dict(config)
+    law = laws(config, tmp_path)
+    on = tf.collect(c, "on", 300, 12, trace_path=str(tmp_path / "on.badc"))
+    rep = tf.collect(c, "repaired", 300, 12, trace_path=str(tmp_path / "rep.badc"),
+                     repair="transformers/stateful-replay")
+    off = tf.collect(c, "off", 300, 13, level="counts")
+    assert on.violations == 300 and on.contract["first_violation"]["kind"] == "D2"
+    if VERSION == "5.12.0":  # its overshoot (more than L tokens) stays, named by D3 (see the guidance test)
+        first = rep.contract["first_violation"]
+        assert first is None or first["kind"] == "D3"
+        return
+    assert rep.violations == 0 and rep.proposed > 0 and rep.contract["calls"] > 10_000
+    for arm, expected in ((on, FAILS), (rep, NOT_REJECTED)):
+        d = decide(Config("HF-7", Arm(arm.outcomes, arm.violations, arm.proposed), Arm(off.outcomes),
+                          reference=law["reference"]))
+        assert d.decision == expected
+
+
 def test_stop_string_completed_inside_a_block_gives_witnesses_and_d3(tmp_path):
     # The public defect (the paper's HF17-P1): generation goes on past "cd" when both arrive in one block.
     config = {"engine": "transformers", "id": "HF-P1", "generation": {"stop_strings": ["cd"]},
