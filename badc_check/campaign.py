@@ -473,13 +473,21 @@ def _inconclusive(config: dict[str, Any], reason: str) -> dict[str, Any]:
 
 
 def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, executor: str = "local",
-                 log: Callable[[str], None] | None = None, plots: bool = True, partial: bool = False) -> dict[str, Any]:
+                 log: Callable[[str], None] | None = None, plots: bool = True, partial: bool = False,
+                 only: list[str] | None = None) -> dict[str, Any]:
     """Run the sealed roster's missing jobs, then decide every config. With `partial`, run nothing:
     decide the configs whose jobs are all done (with the whole roster's m, so their bounds are the
-    final ones), list the others as pending, and write report-partial.json and .md."""
+    final ones), list the others as pending, and write report-partial.json and .md. With `only`, run
+    just those configs' jobs (the roster, its seal and m stay whole, so the draws and bounds are the
+    ones a full run gives) and write the partial report, or the full one once every job is done."""
     out = Path(out)
     if partial and not (out / "seal.json").exists():
         raise CampaignError(f"{out} holds no sealed campaign to report on")
+    if only is not None:
+        unknown = sorted(set(only) - {c["id"] for c in campaign.configs})
+        if unknown or not only:
+            raise CampaignError(f"--only: {', '.join(unknown) or 'no config'} not in campaign {campaign.name!r} "
+                                f"(its configs: {', '.join(c['id'] for c in campaign.configs)})")
     try:  # the workers read it: refuse a bad value here, before any of them starts
         checkpoint_interval()
     except ValueError as e:
@@ -512,6 +520,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             _write_json(cfg_path, c)
     reused = sum(1 for jobs in plans.values() for j in jobs if j.output(out).exists())
     for cid, jobs in plans.items():
+        if only is not None and cid not in only:
+            continue  # the time left is this run's
         for j in jobs:
             if j.kind == "shard":
                 progress.totals[(cid, j.arm)] = progress.totals.get((cid, j.arm), 0) + j.count
@@ -523,12 +533,16 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     for phase in () if partial else ("laws", "shard"):
         for attempt in range(RETRIES + 1):
             todo = [(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed, seal["seal"]))
-                    for jobs in plans.values() for j in jobs if j.kind == phase and not j.output(out).exists()]
+                    for cid, jobs in plans.items() if only is None or cid in only
+                    for j in jobs if j.kind == phase and not j.output(out).exists()]
             if not todo:
                 break
             if attempt:
                 log(f"retrying {len(todo)} failed {phase} job(s) (attempt {attempt + 1})")
             ex.run(todo, out, campaign.seed, seal["seal"])
+    if only is not None and not partial:
+        marker.unlink(missing_ok=True)  # this run was not cut off
+        partial = any(not j.output(out).exists() for jobs in plans.values() for j in jobs)
     m = len(campaign.configs)
     decided: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}  # laws and merged arms
     pending: list[dict[str, Any]] = []
@@ -537,9 +551,13 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         config = jobs[0].config
         missing = [j for j in jobs if not j.output(out).exists()]
         if missing and partial:
-            arms_done = {arm: f"{progress.done.get((c, arm), 0):,}/{total:,}"
-                         for (c, arm), total in progress.totals.items() if c == cid}
-            pending.append({"id": cid, "laws": jobs[0].output(out).exists(), "draws": arms_done})
+            arms_done: dict[str, list[int]] = {}
+            for j in jobs[1:]:
+                done_total = arms_done.setdefault(j.arm, [0, 0])
+                done_total[0] += j.count if j.output(out).exists() else 0
+                done_total[1] += j.count
+            pending.append({"id": cid, "laws": jobs[0].output(out).exists(),
+                            "draws": {arm: f"{d:,}/{t:,}" for arm, (d, t) in arms_done.items()}})
             continue
         if missing:
             results[cid] = _inconclusive(config, f"{len(missing)} job(s) failed after {RETRIES + 1} attempts "

@@ -41,7 +41,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             campaign = installed_only(campaign)
         out = out or f"badc-out/{campaign.name}"
         report = run_campaign(campaign, out, workers=args.workers, executor=args.executor, plots=not args.no_plots,
-                              partial=args.partial)
+                              partial=args.partial, only=args.only.split(",") if args.only is not None else None)
     except CampaignError as e:
         print(f"badc run: {e}", file=sys.stderr)
         return 2
@@ -50,7 +50,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
               "complete the sealed roster, or add --partial for a report of the configs already done.",
               file=sys.stderr)
         return 130
-    name = "report-partial" if args.partial else "report"
+    name = "report-partial" if "pending" in report else "report"
     print(open(f"{out}/{name}.md").read())
     print(f"badc run: report in {out}/{name}.json and {out}/{name}.md ({report['elapsed_s']} s)", file=sys.stderr)
     return 0
@@ -156,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--partial", action="store_true",
                    help="run nothing: report the configs whose jobs in --out are all done (report-partial.md); "
                         "safe while the campaign runs")
+    r.add_argument("--only", metavar="ID[,ID...]",
+                   help="run only these configs' jobs, e.g. to do the undecided ones first or to split a roster "
+                        "over machines; the seal, draws and m stay the whole roster's (report-partial.md until "
+                        "every job is done)")
     r.set_defaults(func=_cmd_run)
     rp = sub.add_parser("replay", help="check a trace against the sequential contract (exit 1 on a violation)",
                         description="Replay every request of a trace: processors must see the position's logical "

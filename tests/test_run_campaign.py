@@ -257,7 +257,9 @@ def test_builtin_keeps_the_configs_of_installed_builds_only(tmp_path):
     kept = installed_only(builtin, log=said.append)
     installed = {f"{b.engine}-{b.version}" for b in load_builds().values() if b.installed}
     assert all(f"{c['engine']}-{c['build']}" in installed for c in kept.configs)
-    assert len(kept.configs) + sum(m.count("(") for m in said) == len(builtin.configs)
+    # the one line names each left-out config as "ID (engine-build)", after the "(build not set up): " lead
+    dropped = [part for m in said for part in m.split("): ", 1)[1].split(", ")]
+    assert len(kept.configs) + len(dropped) == len(builtin.configs)
     nothing = load_campaign(_write(tmp_path, CAMPAIGN.format(other="sglang").replace('build = "0.3.36"',
                                                                                    'build = "0.0.1"')))
     with pytest.raises(CampaignError, match="no engine build is set up"):
@@ -289,6 +291,27 @@ def test_partial_report_decides_finished_configs_with_the_final_m_and_runs_nothi
     assert not (half / "report.json").exists()
     with pytest.raises(CampaignError, match="no sealed campaign"):
         run_campaign(load_campaign(path), tmp_path / "empty", partial=True, **QUIET)
+
+
+def test_only_runs_the_named_configs_with_the_whole_rosters_seal_and_m(tmp_path):
+    path = _write(tmp_path, CAMPAIGN.format(other="sglang"))
+    full = run_campaign(load_campaign(path), tmp_path / "full", workers=2, **QUIET)
+    out = tmp_path / "split"
+
+    first = run_campaign(load_campaign(path), out, workers=2, only=["PAR"], **QUIET)
+
+    assert first["m"] == 3 and [p["id"] for p in first["pending"]] == ["NEG"]
+    assert not (out / "laws" / "NEG.json").exists() and not (out / "shards" / "NEG").exists()
+    assert (out / "report-partial.md").exists() and not (out / "report.json").exists()
+    assert not (out / "RUNNING").exists()  # a finished --only run was not interrupted
+    second = run_campaign(load_campaign(path), out, workers=2, only=["NEG"], **QUIET)
+    assert "pending" not in second and (out / "report.json").exists()
+    # the same seal and seeds: split or whole, the draws and decisions are the same
+    assert second["seal"] == full["seal"]
+    for a, b in zip(second["configs"], full["configs"], strict=True):
+        assert (a["id"], a["decision"], a["D"]) == (b["id"], b["decision"], b["D"])
+    with pytest.raises(CampaignError, match=r"--only: NOPE not in campaign 't' \(its configs: NEG, PAR, OTHER"):
+        run_campaign(load_campaign(path), out, only=["PAR", "NOPE"], **QUIET)
 
 
 def test_progress_shows_the_campaign_share_and_time_left(monkeypatch, tmp_path):

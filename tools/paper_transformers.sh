@@ -9,10 +9,11 @@
 #   full run is roughly 18 hours on 2 cores: give it more workers (BADC_WORKERS, or BADC_EXECUTOR=ray).
 # Run it again with the same arguments to resume: finished shards are kept. With BADC_PARTIAL=1 it runs
 # nothing and writes OUT/report-partial.md, the configs already decided (safe while the campaign runs).
+# BADC_ONLY=ID,ID runs only those configs' jobs (same seal, draws and m), e.g. the undecided ones first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-badc-out/paper/transformers}
 draws=${2:-200000}
 confirm=${3:-400000}
 .venv/bin/badc run campaigns/transformers.toml --draws "$draws" --confirm "$confirm" --out "$out" \
-  --workers "${BADC_WORKERS:-2}" --executor "${BADC_EXECUTOR:-local}" ${BADC_PARTIAL:+--partial}
+  --workers "${BADC_WORKERS:-2}" --executor "${BADC_EXECUTOR:-local}" ${BADC_PARTIAL:+--partial} ${BADC_ONLY:+--only "$BADC_ONLY"}
