@@ -486,8 +486,9 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     if only is not None:
         unknown = sorted(set(only) - {c["id"] for c in campaign.configs})
         if unknown or not only:
-            raise CampaignError(f"--only: {', '.join(unknown) or 'no config'} not in campaign {campaign.name!r} "
-                                f"(its configs: {', '.join(c['id'] for c in campaign.configs)})")
+            ids = ", ".join(c["id"] for c in campaign.configs)
+            raise CampaignError(f"--only: {', '.join(unknown) + ' not' if unknown else 'names no config'} in "
+                                f"campaign {campaign.name!r} (its configs: {ids})")
     try:  # the workers read it: refuse a bad value here, before any of them starts
         checkpoint_interval()
     except ValueError as e:

@@ -40,8 +40,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not args.campaign:
             campaign = installed_only(campaign)
         out = out or f"badc-out/{campaign.name}"
+        only = None if args.only is None else [i for i in args.only.split(",") if i]
         report = run_campaign(campaign, out, workers=args.workers, executor=args.executor, plots=not args.no_plots,
-                              partial=args.partial, only=args.only.split(",") if args.only is not None else None)
+                              partial=args.partial, only=only)
     except CampaignError as e:
         print(f"badc run: {e}", file=sys.stderr)
         return 2
