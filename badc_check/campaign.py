@@ -520,9 +520,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             cfg_path.parent.mkdir(exist_ok=True)
             _write_json(cfg_path, c)
     reused = sum(1 for jobs in plans.values() for j in jobs if j.output(out).exists())
-    for cid, jobs in plans.items():
-        if only is not None and cid not in only:
-            continue  # the time left is this run's
+    chosen = {cid: jobs for cid, jobs in plans.items() if only is None or cid in only}  # what this run runs
+    for cid, jobs in chosen.items():  # so the progress and time left are this run's
         for j in jobs:
             if j.kind == "shard":
                 progress.totals[(cid, j.arm)] = progress.totals.get((cid, j.arm), 0) + j.count
@@ -534,8 +533,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     for phase in () if partial else ("laws", "shard"):
         for attempt in range(RETRIES + 1):
             todo = [(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed, seal["seal"]))
-                    for cid, jobs in plans.items() if only is None or cid in only
-                    for j in jobs if j.kind == phase and not j.output(out).exists()]
+                    for jobs in chosen.values() for j in jobs if j.kind == phase and not j.output(out).exists()]
             if not todo:
                 break
             if attempt:
