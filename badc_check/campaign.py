@@ -178,6 +178,10 @@ class Job:
     def cid(self) -> str:
         return self.config["id"]
 
+    @property
+    def label(self) -> str:
+        return "laws" if self.kind == "laws" else f"shard {self.arm} {self.start}"
+
     def output(self, out: Path) -> Path:
         if self.kind == "laws":
             return out / "laws" / f"{self.cid}.json"
@@ -539,6 +543,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             if attempt:
                 log(f"retrying {len(todo)} failed {phase} job(s) (attempt {attempt + 1})")
             ex.run(todo, out, campaign.seed, seal["seal"])
+    ran = not partial  # so a job of `chosen` still missing now failed RETRIES + 1 times in this run
     if only is not None and not partial:
         marker.unlink(missing_ok=True)  # this run was not cut off
         partial = any(not j.output(out).exists() for jobs in plans.values() for j in jobs)
@@ -549,18 +554,21 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     for cid, jobs in plans.items():
         config = jobs[0].config
         missing = [j for j in jobs if not j.output(out).exists()]
+        failed = (f"{len(missing)} job(s) failed after {RETRIES + 1} attempts (first: {missing[0].label})"
+                  if missing and ran and cid in chosen else None)
         if missing and partial:
             arms_done: dict[str, list[int]] = {}
             for j in jobs[1:]:
                 done_total = arms_done.setdefault(j.arm, [0, 0])
                 done_total[0] += j.count if j.output(out).exists() else 0
                 done_total[1] += j.count
-            pending.append({"id": cid, "laws": jobs[0].output(out).exists(),
+            pending.append({"id": cid, "laws": jobs[0].output(out).exists(), "failed": failed,
                             "draws": {arm: f"{d:,}/{t:,}" for arm, (d, t) in arms_done.items()}})
+            if failed:  # not decided: the next run retries them, so the partial report lists it as pending
+                log(f"{cid}: {failed}; still pending, the next run retries them")
             continue
-        if missing:
-            results[cid] = _inconclusive(config, f"{len(missing)} job(s) failed after {RETRIES + 1} attempts "
-                                                 f"(first: {missing[0].kind} {missing[0].arm} {missing[0].start})")
+        if missing:  # a whole run: every missing job was tried RETRIES + 1 times, so `failed` is set
+            results[cid] = _inconclusive(config, str(failed))
             continue
         laws = json.loads(jobs[0].output(out).read_text())
         arms: dict[str, list[dict[str, Any]]] = {}
@@ -665,7 +673,10 @@ def report_markdown(report: dict[str, Any]) -> str:
         if c.get("simulator_check") is not None:
             lines.append(f"- hypothesis simulator with logical reads reproduces P to {c['simulator_check']:.1e}")
     if report.get("pending"):
-        lines += ["", "## Pending (jobs not all done)", "", "| config | laws | draws done per arm |", "|---|---|---|"]
+        lines += ["", "## Pending (jobs not all done)", "",
+                  "| config | laws | draws done per arm | failed in this run (the next run retries) |",
+                  "|---|---|---|---|"]
         lines += [f"| {p['id']} | {'done' if p['laws'] else 'pending'} | "
-                  + ", ".join(f"{arm} {n}" for arm, n in p["draws"].items()) + " |" for p in report["pending"]]
+                  + ", ".join(f"{arm} {n}" for arm, n in p["draws"].items()) + f" | {p.get('failed') or '-'} |"
+                  for p in report["pending"]]
     return "\n".join(lines) + "\n"

@@ -284,9 +284,10 @@ def test_partial_report_decides_finished_configs_with_the_final_m_and_runs_nothi
     assert [c["id"] for c in report["configs"]] == ["NEG", "OTHER-ENGINE"]
     neg = next(c for c in final["configs"] if c["id"] == "NEG")
     assert report["configs"][0]["decision"] == neg["decision"] and report["configs"][0]["D"] == neg["D"]
-    assert report["pending"] == [{"id": "PAR", "laws": True, "draws": {"off": "1,500/1,500", "on": "1,000/1,500"}}]
+    assert report["pending"] == [{"id": "PAR", "laws": True, "failed": None,
+                                  "draws": {"off": "1,500/1,500", "on": "1,000/1,500"}}]
     md = (half / "report-partial.md").read_text()
-    assert "2 of 3 configs decided" in md and "| PAR | done | off 1,500/1,500, on 1,000/1,500 |" in md
+    assert "2 of 3 configs decided" in md and "| PAR | done | off 1,500/1,500, on 1,000/1,500 | - |" in md
     assert sorted(p.name for p in half.rglob("*")) == sorted(files + ["report-partial.json", "report-partial.md"])
     assert not (half / "report.json").exists()
     with pytest.raises(CampaignError, match="no sealed campaign"):
@@ -312,6 +313,37 @@ def test_only_runs_the_named_configs_with_the_whole_rosters_seal_and_m(tmp_path)
         assert (a["id"], a["decision"], a["D"]) == (b["id"], b["decision"], b["D"])
     with pytest.raises(CampaignError, match=r"--only: NOPE not in campaign 't' \(its configs: NEG, PAR, OTHER"):
         run_campaign(load_campaign(path), out, only=["PAR", "NOPE"], **QUIET)
+
+
+def test_a_job_that_keeps_failing_leaves_its_config_pending_under_only_and_inconclusive_in_a_whole_run(
+        tmp_path, monkeypatch):
+    from badc_check.campaign import RETRIES, Job
+
+    command, tries = Job.command, []
+
+    def broken(self, *args, **kwargs):  # PAR's second on-arm shard exits 3, every time it is tried
+        if (self.cid, self.kind, self.arm, self.start) == ("PAR", "shard", "on", 500):
+            tries.append(1)
+            return [sys.executable, "-c", "raise SystemExit(3)"]
+        return command(self, *args, **kwargs)
+
+    monkeypatch.setattr(Job, "command", broken)
+    path = _write(tmp_path, CAMPAIGN.format(other="sglang"))
+    out = tmp_path / "out"
+    logged: list[str] = []
+    why = f"1 job(s) failed after {RETRIES + 1} attempts (first: shard on 500)"
+
+    first = run_campaign(load_campaign(path), out, workers=2, only=["PAR"], log=logged.append, plots=False)
+
+    assert len(tries) == RETRIES + 1
+    assert [(p["id"], p["failed"]) for p in first["pending"]] == [("NEG", None), ("PAR", why)]
+    assert f"PAR: {why}; still pending, the next run retries them" in logged
+    assert f"| PAR | done | off 1,500/1,500, on 1,000/1,500 | {why} |" in (out / "report-partial.md").read_text()
+    whole = run_campaign(load_campaign(path), out, workers=2, **QUIET)
+    par = next(c for c in whole["configs"] if c["id"] == "PAR")
+    assert "pending" not in whole and par["decision"] == "INCONCLUSIVE" and why in par["reasons"]
+    assert len(tries) == 2 * (RETRIES + 1)  # the whole run tried it again
+    assert next(c for c in whole["configs"] if c["id"] == "NEG")["decision"] == "NOT_REJECTED"
 
 
 def test_progress_shows_the_campaign_share_and_time_left(monkeypatch, tmp_path):
