@@ -545,7 +545,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             ex.run(todo, out, campaign.seed, seal["seal"])
     ran = not partial  # so a job of `chosen` still missing now failed RETRIES + 1 times in this run
     if only is not None and not partial:
-        marker.unlink(missing_ok=True)  # this run was not cut off
+        if not interrupted_before:  # this run was not cut off; an earlier one's mark stays for the final report
+            marker.unlink(missing_ok=True)
         partial = any(not j.output(out).exists() for jobs in plans.values() for j in jobs)
     m = len(campaign.configs)
     decided: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}  # laws and merged arms

@@ -305,8 +305,12 @@ def test_only_runs_the_named_configs_with_the_whole_rosters_seal_and_m(tmp_path)
     assert not (out / "laws" / "NEG.json").exists() and not (out / "shards" / "NEG").exists()
     assert (out / "report-partial.md").exists() and not (out / "report.json").exists()
     assert not (out / "RUNNING").exists()  # a finished --only run was not interrupted
+    (out / "RUNNING").write_text("1")  # as a run that was cut off leaves it
+    assert run_campaign(load_campaign(path), out, workers=2, only=["PAR"], **QUIET)["interrupted"] is True
+    assert (out / "RUNNING").exists()  # kept, so that the report that ends the roster says so
     second = run_campaign(load_campaign(path), out, workers=2, only=["NEG"], **QUIET)
     assert "pending" not in second and (out / "report.json").exists()
+    assert second["interrupted"] is True and not (out / "RUNNING").exists()
     # the same seal and seeds: split or whole, the draws and decisions are the same
     assert second["seal"] == full["seal"]
     for a, b in zip(second["configs"], full["configs"], strict=True):
