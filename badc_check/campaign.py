@@ -543,11 +543,11 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             if attempt:
                 log(f"retrying {len(todo)} failed {phase} job(s) (attempt {attempt + 1})")
             ex.run(todo, out, campaign.seed, seal["seal"])
-    ran = not partial  # so a job of `chosen` still missing now failed RETRIES + 1 times in this run
+    incomplete = partial  # the report is partial: asked for, or an --only run left other configs' jobs
     if only is not None and not partial:
         if not interrupted_before:  # this run was not cut off; an earlier one's mark stays for the final report
             marker.unlink(missing_ok=True)
-        partial = any(not j.output(out).exists() for jobs in plans.values() for j in jobs)
+        incomplete = any(not j.output(out).exists() for jobs in plans.values() for j in jobs)
     m = len(campaign.configs)
     decided: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}  # laws and merged arms
     pending: list[dict[str, Any]] = []
@@ -556,8 +556,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         config = jobs[0].config
         missing = [j for j in jobs if not j.output(out).exists()]
         failed = (f"{len(missing)} job(s) failed after {RETRIES + 1} attempts (first: {missing[0].label})"
-                  if missing and ran and cid in chosen else None)
-        if missing and partial:
+                  if missing and not partial and cid in chosen else None)  # tried RETRIES + 1 times here
+        if missing and incomplete:
             arms_done: dict[str, list[int]] = {}
             for j in jobs[1:]:
                 done_total = arms_done.setdefault(j.arm, [0, 0])
@@ -589,14 +589,14 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
               "confirm_draws": campaign.confirm_draws, "interrupted": interrupted_before, "jobs_reused": reused,
               "draws_resumed": resumed, "elapsed_s": round(time.monotonic() - start, 1),
               "configs": [results[c["id"]] for c in campaign.configs if c["id"] in results]}
-    if partial:
+    if incomplete:
         report["pending"] = pending
     else:
         marker.unlink(missing_ok=True)
-    name = "report-partial" if partial else "report"
+    name = "report-partial" if incomplete else "report"
     _write_json(out / f"{name}.json", report)
     (out / f"{name}.md").write_text(report_markdown(report))
-    if plots and not partial:
+    if plots and not incomplete:
         from badc_check.plots import plot_campaign
 
         plot_campaign(out, report, decided)
@@ -678,6 +678,6 @@ def report_markdown(report: dict[str, Any]) -> str:
                   "| config | laws | draws done per arm | failed in this run (the next run retries) |",
                   "|---|---|---|---|"]
         lines += [f"| {p['id']} | {'done' if p['laws'] else 'pending'} | "
-                  + ", ".join(f"{arm} {n}" for arm, n in p["draws"].items()) + f" | {p.get('failed') or '-'} |"
+                  + ", ".join(f"{arm} {n}" for arm, n in p["draws"].items()) + f" | {p['failed'] or '-'} |"
                   for p in report["pending"]]
     return "\n".join(lines) + "\n"

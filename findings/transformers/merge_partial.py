@@ -13,19 +13,19 @@ import sys
 import tomllib
 from pathlib import Path
 
-TABLE_HEAD = ["| config | engine | build | role | decision | eligible | D | D returned | witnesses | proposed | "
-              "calibration | hypothesis | repair |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 ORIGIN = ("Decided from two output folders of this seal: the HF12, HF17, HFX and HF24-N0 rows from the first one, "
           "lost with its machine on 2026-11-30 after they were written down here; the others from "
           "`campaign-200000/`, kept in git (`BADC_PARTIAL=1 tools/paper_transformers.sh "
           "findings/transformers/campaign-200000` re-decides them).")
 
 
-def parse(text: str) -> tuple[list[str], dict[str, str], dict[str, list[str]]]:
-    """The lines above the table, the table rows by config, and the sections by config (and PENDING)."""
+def parse(text: str) -> tuple[list[str], list[str], dict[str, str], dict[str, list[str]]]:
+    """The lines above the table, the table's two header lines, its rows by config, and the sections by
+    config (and PENDING)."""
     lines = text.splitlines()
     i = next(k for k, ln in enumerate(lines) if ln.startswith("| config | engine"))
-    head, i = [ln for ln in lines[:i] if not ln.startswith("Decided from two output folders")], i + 2
+    head, table_head = [ln for ln in lines[:i] if not ln.startswith("Decided from two output folders")], lines[i:i + 2]
+    i += 2
     rows: dict[str, str] = {}
     while i < len(lines) and lines[i].startswith("| "):
         rows[lines[i].split("|")[1].strip()] = lines[i]
@@ -39,22 +39,22 @@ def parse(text: str) -> tuple[list[str], dict[str, str], dict[str, list[str]]]:
             sections[current] = []
         if current:
             sections[current].append(ln)
-    return head, rows, sections
+    return head, table_head, rows, sections
 
 
 def main(old: str, new: str, toml: str, dest: str) -> None:
     roster = [c["id"] for c in tomllib.loads(Path(toml).read_text())["config"]]
-    old_head, old_rows, old_sections = parse(Path(old).read_text())
-    head, new_rows, new_sections = parse(Path(new).read_text())
+    old_head, _, old_rows, old_sections = parse(Path(old).read_text())
+    head, table_head, new_rows, new_sections = parse(Path(new).read_text())
     if old_head[2] != head[2]:
         sys.exit(f"{old} and {new} differ in seal or settings:\n{old_head[2]}\n{head[2]}")
     if differ := [c for c in set(old_rows) & set(new_rows) if old_rows[c] != new_rows[c]]:
         sys.exit(f"the two reports decide {', '.join(sorted(differ))} differently")
     rows, sections = {**old_rows, **new_rows}, {**old_sections, **new_sections}
-    n = len(rows)
+    n, decided = len(rows), [c for c in roster if c in rows]
     head = [re.sub(r"\*\*Partial report: \d+ of", f"**Partial report: {n} of", ln) for ln in head]
-    out = [*head, ORIGIN, "", *TABLE_HEAD, *(rows[c] for c in roster if c in rows), ""]
-    for c in (c for c in roster if c in rows):
+    out = [*head, ORIGIN, "", *table_head, *(rows[c] for c in decided), ""]
+    for c in decided:
         body = sections[c]
         while body and not body[-1]:
             body.pop()
