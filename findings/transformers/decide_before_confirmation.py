@@ -1,0 +1,50 @@
+"""Decide one config of campaign-200000 from its finished on and off arms while its repair-confirmation
+arms are still running: the same laws, shards, m and decision rule as the campaign report, without the
+repair result (the report lists the config only once every arm is done). Used as
+
+    .venv/bin/python findings/transformers/decide_before_confirmation.py HF24-6
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from badc_check.campaign import _predicate_sets, decide_config, load_campaign, merge_shards, plan
+
+OUT = Path(__file__).parent / "campaign-200000"
+CAMPAIGN = Path(__file__).parents[2] / "campaigns" / "transformers.toml"
+
+
+def main(cid: str) -> None:
+    campaign = load_campaign(CAMPAIGN, draws=200_000, confirm_draws=400_000)
+    config = next((c for c in campaign.configs if c["id"] == cid), None)
+    if config is None:
+        sys.exit(f"{cid}: not a config of {CAMPAIGN}")
+    jobs = plan(campaign, config)
+    missing = [j.label for j in jobs if j.arm in ("", "on", "off") and not j.output(OUT).exists()]
+    if missing:
+        sys.exit(f"{cid}: {len(missing)} on/off job(s) not done in {OUT} (first: {missing[0]})")
+    laws = json.loads(jobs[0].output(OUT).read_text())
+    arms: dict[str, list[dict]] = {}
+    for j in jobs[1:]:
+        if j.arm in ("on", "off"):
+            arms.setdefault(j.arm, []).append(json.loads(j.output(OUT).read_text()))
+    merged = {arm: merge_shards(shards) for arm, shards in arms.items()}
+    if config.get("predicates"):
+        laws["predicates"] = _predicate_sets(config, laws, merged)
+    d = decide_config(config, laws, merged, campaign, len(campaign.configs)).to_dict()
+    contract = d.get("contract") or {}
+    print(f"{cid}: {d['decision']}, {'eligible' if d['eligible'] else 'not eligible'} (m = {len(campaign.configs)}, "
+          "repair confirmation not included)")
+    print(f"  D {d['D']:.4f}, returned {d['D_returned']:.4f}, crash-free {d['D_crash_free']:.4f}, "
+          f"crashes {d['crashes']}")
+    print(f"  exercise {d['exercise']}, calibration {d['calibration']}")
+    print(f"  hypothesis {d['hypothesis']}")
+    print(f"  contract: {contract.get('violations'):,} violating calls of {contract.get('calls'):,}, "
+          f"in {contract.get('violating_requests'):,} of {contract.get('requests'):,} requests")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])
