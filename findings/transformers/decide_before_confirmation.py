@@ -33,15 +33,16 @@ def main(cid: str) -> None:
     if config.get("predicates"):
         laws["predicates"] = _predicate_sets(config, laws, merged)
     d = decide_config(config, laws, merged, campaign, len(campaign.configs)).to_dict()
-    contract = d.get("contract") or {}
     print(f"{cid}: {d['decision']}, {'eligible' if d['eligible'] else 'not eligible'} (m = {len(campaign.configs)}, "
           "repair confirmation not included)")
     print(f"  D {d['D']:.4f}, returned {d['D_returned']:.4f}, crash-free {d['D_crash_free']:.4f}, "
           f"crashes {d['crashes']}")
     print(f"  exercise {d['exercise']}, calibration {d['calibration']}")
     print(f"  hypothesis {d['hypothesis']}")
-    print(f"  contract: {contract.get('violations'):,} violating calls of {contract.get('calls'):,}, "
-          f"in {contract.get('violating_requests'):,} of {contract.get('requests'):,} requests")
+    c = d.get("contract")
+    if c:  # a config whose arms replayed no calls has none
+        print(f"  contract: {c['violations']:,} violating calls of {c['calls']:,}, "
+              f"in {c['violating_requests']:,} of {c['requests']:,} requests")
 
 
 if __name__ == "__main__":
