@@ -571,18 +571,12 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         if missing:  # a whole run: every missing job was tried RETRIES + 1 times, so `failed` is set
             results[cid] = _inconclusive(config, str(failed))
             continue
-        laws = json.loads(jobs[0].output(out).read_text())
-        arms: dict[str, list[dict[str, Any]]] = {}
-        for j in jobs[1:]:
-            arms.setdefault(j.arm, []).append(json.loads(j.output(out).read_text()))
-        merged = {arm: merge_shards(s) for arm, s in arms.items()}
-        resumed += sum(s.get("resumed", 0) for shards in arms.values() for s in shards)
-        decided[cid] = (laws, merged)
-        if config.get("predicates"):
-            laws["predicates"] = _predicate_sets(config, laws, merged)
-        d = decide_config(config, laws, merged, campaign, m)
-        results[cid] = {**d.to_dict(), "simulator_check": laws.get("simulator_check"),
-                        "records_detail": {arm: merged[arm]["records"] for arm in ("on", "off")}}
+        found = decide_from_folder(config, jobs, out, campaign, m)
+        resumed += found.resumed
+        decided[cid] = (found.laws, found.arms)
+        d = found.decision
+        results[cid] = {**d.to_dict(), "simulator_check": found.laws.get("simulator_check"),
+                        "records_detail": {arm: found.arms[arm]["records"] for arm in ("on", "off")}}
         log(f"{cid}: {d.decision} (D {d.D:.4f}, returned {d.channel_s.D_returned:.4f}, witnesses {d.witnesses.count})")
     report = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
               "threshold": campaign.threshold, "m": m, "draws": campaign.draws,
@@ -601,6 +595,33 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
 
         plot_campaign(out, report, decided)
     return report
+
+
+@dataclass
+class FolderDecision:
+    """One config decided from the finished jobs in a campaign folder."""
+
+    decision: ConfigDecision
+    laws: dict[str, Any]  # the laws job's output, with the registered predicates' outcome sets added
+    arms: dict[str, dict[str, Any]]  # each arm merged from its shards
+    resumed: int  # draws the shards took over from checkpoints of cut-off runs
+
+
+def decide_from_folder(config: dict[str, Any], jobs: list[Job], out: Path, campaign: Campaign, m: int,
+                       arms: tuple[str, ...] | None = None) -> FolderDecision:
+    """Decide `config` from its jobs' outputs in `out` (every job of the chosen arms must be done).
+    `arms` limits the arms read: ("on", "off") decides a config before its repair-confirmation arms
+    are done, without the repair result."""
+    laws = json.loads(jobs[0].output(out).read_text())
+    shards: dict[str, list[dict[str, Any]]] = {}
+    for j in jobs[1:]:
+        if arms is None or j.arm in arms:
+            shards.setdefault(j.arm, []).append(json.loads(j.output(out).read_text()))
+    merged = {arm: merge_shards(s) for arm, s in shards.items()}
+    if config.get("predicates"):
+        laws["predicates"] = _predicate_sets(config, laws, merged)
+    return FolderDecision(decision=decide_config(config, laws, merged, campaign, m), laws=laws, arms=merged,
+                          resumed=sum(s.get("resumed", 0) for arm in shards.values() for s in arm))
 
 
 def _predicate_sets(config: dict[str, Any], laws: dict[str, Any],

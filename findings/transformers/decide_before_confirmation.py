@@ -5,11 +5,10 @@ repair result (the report lists the config only once every arm is done). Used as
     .venv/bin/python findings/transformers/decide_before_confirmation.py HF24-6
 """
 
-import json
 import sys
 from pathlib import Path
 
-from badc_check.campaign import _predicate_sets, decide_config, load_campaign, merge_shards, plan
+from badc_check.campaign import decide_from_folder, load_campaign, plan
 
 OUT = Path(__file__).parent / "campaign-200000"
 CAMPAIGN = Path(__file__).parents[2] / "campaigns" / "transformers.toml"
@@ -24,16 +23,9 @@ def main(cid: str) -> None:
     missing = [j.label for j in jobs if j.arm in ("", "on", "off") and not j.output(OUT).exists()]
     if missing:
         sys.exit(f"{cid}: {len(missing)} on/off job(s) not done in {OUT} (first: {missing[0]})")
-    laws = json.loads(jobs[0].output(OUT).read_text())
-    arms: dict[str, list[dict]] = {}
-    for j in jobs[1:]:
-        if j.arm in ("on", "off"):
-            arms.setdefault(j.arm, []).append(json.loads(j.output(OUT).read_text()))
-    merged = {arm: merge_shards(shards) for arm, shards in arms.items()}
-    if config.get("predicates"):
-        laws["predicates"] = _predicate_sets(config, laws, merged)
-    d = decide_config(config, laws, merged, campaign, len(campaign.configs)).to_dict()
-    print(f"{cid}: {d['decision']}, {'eligible' if d['eligible'] else 'not eligible'} (m = {len(campaign.configs)}, "
+    m = len(campaign.configs)
+    d = decide_from_folder(config, jobs, OUT, campaign, m, arms=("on", "off")).decision.to_dict()
+    print(f"{cid}: {d['decision']}, {'eligible' if d['eligible'] else 'not eligible'} (m = {m}, "
           "repair confirmation not included)")
     print(f"  D {d['D']:.4f}, returned {d['D_returned']:.4f}, crash-free {d['D_crash_free']:.4f}, "
           f"crashes {d['crashes']}")
