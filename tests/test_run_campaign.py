@@ -113,6 +113,29 @@ def test_run_writes_report_plots_and_refuses_changed_inputs(tmp_path):
         run_campaign(load_campaign(resharded), out, **QUIET)
 
 
+def test_a_config_is_decided_from_its_on_and_off_arms_while_its_repair_arms_are_not_done(tmp_path):
+    from badc_check.campaign import decide_from_folder, plan
+
+    text = CAMPAIGN.format(other="sglang").replace('hypothesis = "H-D1-phys"\n',
+                                                   'hypothesis = "H-D1-phys"\nrepair = "llama_cpp/logical-prefix"\n')
+    campaign = load_campaign(_write(tmp_path, text), confirm_draws=1000)
+    out = tmp_path / "out"
+    report = run_campaign(campaign, out, workers=2, **QUIET)
+    par = next(c for c in report["configs"] if c["id"] == "PAR")
+    assert par["decision"] == "FAILS" and par["repair"] is not None
+    config = next(c for c in campaign.configs if c["id"] == "PAR")
+    jobs = plan(campaign, config)
+    whole = decide_from_folder(config, jobs, out, campaign, report["m"])
+    assert set(whole.arms) == {"on", "off", "on-confirm", "off-confirm", "repaired"}
+    assert whole.decision.to_dict()["repair"] == par["repair"]
+    for f in (out / "shards" / "PAR").glob("repaired-*.json"):  # as while the repaired arm still runs
+        f.unlink()
+    early = decide_from_folder(config, jobs, out, campaign, report["m"], arms=("on", "off"))
+    assert set(early.arms) == {"on", "off"} and early.decision.repair is None
+    assert (early.decision.decision, early.decision.D) == (par["decision"], par["D"])
+    assert early.decision.to_dict()["contract"] == par["contract"]
+
+
 def test_merging_refuses_shards_that_overlap_or_leave_a_gap():
     from badc_check.campaign import merge_shards
 
