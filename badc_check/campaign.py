@@ -233,6 +233,7 @@ class Progress:
     workers: int = 0  # shards running at once (0: unknown, e.g. on a Ray cluster)
     shard_s: float = 0.0  # worker-seconds of every finished shard, earlier runs' included,
     shard_draws: int = 0  # and the draws they timed
+    arm_timed: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)  # the same, per arm
 
     def begin(self, cid: str, arm: str) -> None:
         with self.lock:
@@ -250,6 +251,9 @@ class Progress:
             return  # an estimate only: a shard without timings is left out
         with self.lock:
             self.shard_s, self.shard_draws = self.shard_s + elapsed, self.shard_draws + draws
+            if "id" in d and "arm" in d:
+                s, n = self.arm_timed.get((d["id"], d["arm"]), (0.0, 0))
+                self.arm_timed[(d["id"], d["arm"])] = (s + elapsed, n + draws)
 
     def _start(self, key: tuple[str, str], now: float) -> None:
         # an arm's rate counts from its first shard in this run, without the draws earlier runs did
@@ -275,9 +279,12 @@ class Progress:
                 self.last = now
                 self._show(key)
 
+    def _drawn(self, key: tuple[str, str]) -> int:
+        return self.done.get(key, 0) + sum(v for (c, a, _), v in self.inflight.items() if (c, a) == key)
+
     def _show(self, key: tuple[str, str]) -> None:
         total = self.totals.get(key, 0)
-        n = self.done.get(key, 0) + sum(v for (c, a, _), v in self.inflight.items() if (c, a) == key)
+        n = self._drawn(key)
         now = time.monotonic()
         rate = (n - self.arm_reused[key]) / max(now - self.started[key], 1e-9)
         width = 24
@@ -286,16 +293,23 @@ class Progress:
                  f"{rate:,.0f} draws/s{self._campaign(now)}")
 
     def _campaign(self, now: float) -> str:
-        """The whole roster's share done and roughly how long is left: at the worker time per draw of
-        every finished shard, earlier runs' included (arms differ in cost several-fold, so this run's
-        rate alone misleads after a restart in a slow arm), or else at this run's rate so far."""
+        """The whole roster's share done and roughly how long is left: each arm's draws left at the worker
+        time per draw of its own finished shards, or of every finished shard while it has none, earlier
+        runs' included (arms differ in cost several-fold: a repaired arm can take three times the
+        campaign's mean, and this run's rate alone misleads after a restart in a slow arm), or else at
+        this run's rate so far."""
         total = sum(self.totals.values())
         done = sum(self.done.values()) + sum(self.inflight.values())
         if not total or self.t0 is None:
             return ""
         left, s = "", None
         if self.workers and self.shard_draws > 0 and self.shard_s > 0:
-            s = (total - done) * self.shard_s / self.shard_draws / self.workers
+            mean = self.shard_s / self.shard_draws
+            s = 0.0
+            for key, n in self.totals.items():
+                arm_s, arm_draws = self.arm_timed.get(key, (0.0, 0))
+                s += max(n - self._drawn(key), 0) * (arm_s / arm_draws if arm_s > 0 and arm_draws > 0 else mean)
+            s /= self.workers
         elif now - self.t0 >= 60 and done > self.reused:
             s = (total - done) / ((done - self.reused) / (now - self.t0))
         if s is not None:

@@ -411,6 +411,17 @@ def test_progress_shows_the_campaign_share_and_time_left(monkeypatch, tmp_path):
     p.totals[("A", "on")] = 3_000_000
     p.update("A", "on", 0, 400, final=True)
     assert lines[-1].endswith(", ~41.7 h left")  # 2,999,600 draws at 0.05 s per draw
+    # Each arm at its own finished shards' cost, not the mean of all (0.275 s here: 2,100 draws left
+    # would take ~5 min): 2,000 draws of "on" at 0.05 s and 100 "repaired" at 0.5 s on 2 workers, 75 s.
+    (tmp_path / "on.json").write_text(json.dumps({"id": "A", "arm": "on", "count": 1000, "elapsed_s": 50.0}))
+    (tmp_path / "r.json").write_text(json.dumps({"id": "A", "arm": "repaired", "count": 1000, "elapsed_s": 500.0}))
+    p = camp.Progress(log=lines.append, totals={("A", "on"): 3000, ("A", "repaired"): 1100},
+                      done={("A", "on"): 1000, ("A", "repaired"): 1000}, workers=2)
+    for name in ("on", "r"):
+        p.timed(tmp_path / f"{name}.json")
+    p.begin("A", "repaired")
+    p.update("A", "repaired", 1000, 0)
+    assert lines[-1].endswith("| campaign 48.8% of 4,100, ~75 s left")
     # The arm's own rate leaves out both its shards done by an earlier run and a checkpoint's draws.
     p = camp.Progress(log=lines.append, totals={("A", "on"): 1000}, done={("A", "on"): 500})
     p.begin("A", "on")
