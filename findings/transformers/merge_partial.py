@@ -1,11 +1,11 @@
-"""Merge campaign-report-200000-partial.md (13 configs decided in a first output folder of this seal, lost
+"""Merge campaign-report-200000.md (13 configs decided in a first output folder of this seal, lost
 with its machine) with the kept folder's newer partial report: rows and sections in roster order, the
 newer one's where both have a config (they must agree). Used as
 
     BADC_PARTIAL=1 tools/paper_transformers.sh findings/transformers/campaign-200000
-    python3.11 findings/transformers/merge_partial.py findings/transformers/campaign-report-200000-partial.md \\
+    python3.11 findings/transformers/merge_partial.py findings/transformers/campaign-report-200000.md \\
         findings/transformers/campaign-200000/report-partial.md campaigns/transformers.toml /tmp/merged.md
-    cp /tmp/merged.md findings/transformers/campaign-report-200000-partial.md
+    cp /tmp/merged.md findings/transformers/campaign-report-200000.md
 """
 
 import re
@@ -52,7 +52,11 @@ def main(old: str, new: str, toml: str, dest: str) -> None:
         sys.exit(f"the two reports decide {', '.join(sorted(differ))} differently")
     rows, sections = {**old_rows, **new_rows}, {**old_sections, **new_sections}
     n, decided = len(rows), [c for c in roster if c in rows]
-    head = [re.sub(r"\*\*Partial report: \d+ of", f"**Partial report: {n} of", ln) for ln in head]
+    if n < len(roster):
+        head = [re.sub(r"\*\*Partial report: \d+ of", f"**Partial report: {n} of", ln) for ln in head]
+    else:  # whole: no pending configs to point to
+        head = [f"**All {n} configs decided**, each with the whole roster's m." if ln.startswith("**Partial report:")
+                else ln for ln in head]
     out = [*head, ORIGIN, "", *table_head, *(rows[c] for c in decided), ""]
     for c in decided:
         body = sections[c]
