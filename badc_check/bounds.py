@@ -12,22 +12,42 @@ import numpy as np
 from scipy import special, stats
 
 
+class BoundError(ValueError):
+    """Counts no binomial bound exists for (k < 0, k > n, not finite) or a tail outside (0, 1)."""
+
+
+def _checked(k, n, tail: float) -> tuple[np.ndarray, np.ndarray]:
+    """k and n as float arrays, refused when no bound exists for them: never a silent trivial bound."""
+    k, n = np.broadcast_arrays(np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64))
+    if not (np.isfinite(tail) and 0 < tail < 1):
+        raise BoundError(f"a bound's tail must lie in (0, 1), got {tail!r}")
+    bad = ~(np.isfinite(k) & np.isfinite(n) & (k >= 0) & (k <= n))
+    if bad.any():
+        i = np.flatnonzero(bad.ravel())[0]
+        raise BoundError(f"impossible counts: {k.ravel()[i]:g} events in {n.ravel()[i]:g} draws")
+    return k, n
+
+
+def _finite(out: np.ndarray, what: str) -> np.ndarray:
+    if np.isnan(out).any():
+        raise BoundError(f"{what} bound is NaN for valid counts: refusing a silent trivial bound")
+    return out
+
+
 def cp_lower(k, n, tail: float) -> np.ndarray:
     """One-sided Clopper-Pearson lower bound; 0 where k == 0."""
-    k = np.asarray(k, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
+    k, n = _checked(k, n, tail)
     with np.errstate(all="ignore"):
-        out = stats.beta.ppf(tail, k, n - k + 1)
-    return np.where(k <= 0, 0.0, np.nan_to_num(out, nan=0.0))
+        out = stats.beta.ppf(tail, np.maximum(k, 1), n - k + 1)
+    return _finite(np.where(k <= 0, 0.0, out), "a Clopper-Pearson lower")
 
 
 def cp_upper(k, n, tail: float) -> np.ndarray:
     """One-sided Clopper-Pearson upper bound; 1 where k == n."""
-    k = np.asarray(k, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
+    k, n = _checked(k, n, tail)
     with np.errstate(all="ignore"):
-        out = stats.beta.isf(tail, k + 1, n - k)
-    return np.where(k >= n, 1.0, np.nan_to_num(out, nan=1.0))
+        out = stats.beta.isf(tail, k + 1, np.maximum(n - k, 1))
+    return _finite(np.where(k >= n, 1.0, out), "a Clopper-Pearson upper")
 
 
 @dataclass(frozen=True)
@@ -85,7 +105,7 @@ def _bisect(k, n, tail, lo, hi, inside_at_hi: bool, iters: int = 60):
 
 def cs_lower(k, n, tail: float) -> np.ndarray:
     """Lower end of the anytime-valid confidence sequence (valid simultaneously over all n)."""
-    k, n = np.broadcast_arrays(np.asarray(k, np.float64), np.asarray(n, np.float64))
+    k, n = _checked(k, n, tail)
     phat = np.divide(k, n, out=np.zeros_like(k), where=n > 0)
     out = _bisect(k, n, tail, np.zeros_like(phat), phat, inside_at_hi=True)
     return np.where(k <= 0, 0.0, out)
@@ -93,7 +113,7 @@ def cs_lower(k, n, tail: float) -> np.ndarray:
 
 def cs_upper(k, n, tail: float) -> np.ndarray:
     """Upper end of the anytime-valid confidence sequence (valid simultaneously over all n)."""
-    k, n = np.broadcast_arrays(np.asarray(k, np.float64), np.asarray(n, np.float64))
+    k, n = _checked(k, n, tail)
     phat = np.divide(k, n, out=np.ones_like(k), where=n > 0)
     out = _bisect(k, n, tail, phat, np.ones_like(phat), inside_at_hi=False)
     return np.where(k >= n, 1.0, out)

@@ -29,8 +29,19 @@ from typing import Any
 
 from badc_check.builds import build_for, load_builds
 from badc_check.channels import RecordArm
-from badc_check.confirmation import confirm_repair
-from badc_check.decide import INCONCLUSIVE, Arm, Config, ConfigDecision, decide
+from badc_check.confirmation import confirm_repair, not_attempted
+from badc_check.decide import (
+    INCONCLUSIVE,
+    Arm,
+    Config,
+    ConfigDecision,
+    contract_cell,
+    contract_lines,
+    decide,
+    should_stop,
+)
+from badc_check.looks import Look, planned_looks
+from badc_check.selection import confirmation_m, select_confirmations
 from badc_replay.arms import checkpoint_interval
 from badc_replay.contract import merge_contracts
 
@@ -57,35 +68,53 @@ class Campaign:
     confirm_draws: int
     configs: list[dict[str, Any]]
     shard: int = SHARD  # draws per job: changes how work is spread, never the draws or their seeds
+    family_m: int | None = None  # the study's multiplicity family when it is larger than this roster
+    anytime: bool = False  # stop a config at its first planned look that decides FAILS or VOID (looks.py)
+
+    @property
+    def m(self) -> int:
+        """Configurations in the multiplicity family: `[campaign] m`, or the roster (with its includes)."""
+        return self.family_m or len(self.configs)
 
     def seal(self) -> dict[str, Any]:
         """Hashes of everything a decision depends on, taken before the first decision draw."""
         def h(obj: Any) -> str:
             return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
+        settings = {"alpha": self.alpha, "threshold": self.threshold, "draws": self.draws, "seed": self.seed,
+                    "confirm_draws": self.confirm_draws}
+        if self.family_m is not None:  # only when set, so that earlier seals stay valid
+            settings["m"] = self.family_m
+        if self.anytime:
+            settings["anytime"] = {"looks": [look.to_dict() for look in planned_looks(self.draws)]}
         parts = {"configs": {c["id"]: h(c) for c in self.configs},
-                 "settings": h({"alpha": self.alpha, "threshold": self.threshold, "draws": self.draws,
-                                "seed": self.seed, "confirm_draws": self.confirm_draws}),
+                 "settings": h(settings),
                  "seed_roster": h({"seed": self.seed, "rule": "blake2b(seed|config|arm|index)"}),
                  "hypotheses": h({c["id"]: c.get("hypothesis") for c in self.configs}),
                  "repairs": h({c["id"]: c.get("repair") for c in self.configs})}
         return {"campaign": self.name, "seal": h(parts), "parts": parts}
 
 
-def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: int | None = None) -> Campaign:
-    path = str(path)
+def _read_toml(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
-            doc = tomllib.load(f)
+            return tomllib.load(f)
     except FileNotFoundError:
         raise CampaignError(f"{path}: not found") from None
     except tomllib.TOMLDecodeError as e:
         raise CampaignError(f"{path}: not valid TOML: {e}") from None
-    camp = doc.get("campaign", {})
+
+
+def _configs_of(path: str, doc: dict[str, Any], seen: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The file's [[config]] tables with its [defaults] merged in, then those of the files it includes
+    (`[campaign] include`, paths relative to the file; each brings its own [defaults])."""
     defaults = doc.get("defaults", {})
-    raw = doc.get("config")
-    if not isinstance(raw, list) or not raw:
-        raise CampaignError(f"{path}: needs at least one [[config]] table")
+    raw = doc.get("config", [])
+    include = doc.get("campaign", {}).get("include", [])
+    if not isinstance(include, list) or not all(isinstance(p, str) for p in include):
+        raise CampaignError(f"{path}: [campaign] include must be a list of campaign file paths")
+    if not isinstance(raw, list):
+        raise CampaignError(f"{path}: [[config]] must be an array of tables")
     configs = []
     for i, c in enumerate(raw):
         merged = {**defaults, **c}
@@ -95,18 +124,41 @@ def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: 
                 raise CampaignError(f"{where}: field {key!r} must be a non-empty string")
         if merged.get("role", "probe") not in ROLES:
             raise CampaignError(f"{where} ({merged['id']}): role must be one of {', '.join(ROLES)}")
+        if "priority" in merged and type(merged["priority"]) is not int:
+            raise CampaignError(f"{where} ({merged['id']}): priority must be an integer (lower is confirmed first)")
         configs.append(merged)
+    for rel in include:
+        sub = str(Path(path).parent / rel)
+        if Path(sub).resolve() in {Path(p).resolve() for p in seen}:
+            raise CampaignError(f"{path}: include {rel!r} includes itself (through {' -> '.join(seen)})")
+        configs += _configs_of(sub, _read_toml(sub), (*seen, sub))
+    return configs
+
+
+def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: int | None = None,
+                  anytime: bool | None = None) -> Campaign:
+    path = str(path)
+    doc = _read_toml(path)
+    camp = doc.get("campaign", {})
+    configs = _configs_of(path, doc, (path,))
+    if not configs:
+        raise CampaignError(f"{path}: needs at least one [[config]] table (its own or an included file's)")
     ids = [c["id"] for c in configs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise CampaignError(f"{path}: duplicate config ids: {', '.join(dup)}")
+    family_m = camp.get("m")
+    if family_m is not None and (type(family_m) is not int or family_m < len(configs)):
+        raise CampaignError(f"{path}: [campaign] m must be an integer >= the {len(configs)} configs of the roster, "
+                            f"got {family_m!r}")
     try:
         campaign = Campaign(
             path=path, name=str(camp.get("name", Path(path).stem)), alpha=float(camp.get("alpha", 0.05)),
             threshold=float(camp.get("threshold", 0.01)),
             draws=int(draws if draws is not None else camp.get("draws", 200_000)), seed=int(camp.get("seed", 0)),
             confirm_draws=int(confirm_draws if confirm_draws is not None else camp.get("confirm_draws", 0)),
-            configs=configs, shard=int(camp.get("shard", SHARD)))
+            configs=configs, shard=int(camp.get("shard", SHARD)), family_m=family_m,
+            anytime=bool(anytime if anytime is not None else camp.get("anytime", False)))
     except (TypeError, ValueError) as e:
         raise CampaignError(f"{path}: [campaign]: {e}") from None
     if campaign.draws <= 0 or campaign.shard <= 0 or not 0 < campaign.alpha < 1:
@@ -196,21 +248,37 @@ class Job:
         return cmd + (["--repair", self.repair] if self.repair else [])
 
 
-def plan(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
-    jobs = [Job(config, "laws")]
+def _arm_jobs(campaign: Campaign, config: dict[str, Any], name: str, draws: int, level: str,
+              repair: str | None = None, looks: bool = False) -> list[Job]:
+    """Shards of `campaign.shard` draws; with `looks`, also cut at every planned look, so that each look's
+    prefix is a whole number of shards."""
+    cuts = set(range(0, draws, campaign.shard))
+    if looks:
+        cuts |= {look.draws for look in planned_looks(draws)[:-1]}
+    bounds = [*sorted(cuts), draws]
+    return [Job(config, "shard", name, a, b - a, level, repair) for a, b in zip(bounds, bounds[1:], strict=False)]
 
-    def arm(name: str, draws: int, level: str, repair: str | None = None) -> None:
-        for start in range(0, draws, campaign.shard):
-            jobs.append(Job(config, "shard", name, start, min(campaign.shard, draws - start), level, repair))
 
+def discovery_jobs(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
+    """The laws, then the off and on arms (stages S1-S2)."""
     level = TRACE_LEVEL.get(config["engine"], "calls")
-    arm("off", campaign.draws, level)
-    arm("on", campaign.draws, level)
-    if campaign.confirm_draws and config.get("repair"):
-        arm("off-confirm", campaign.confirm_draws, "counts")
-        arm("on-confirm", campaign.confirm_draws, "counts")
-        arm("repaired", campaign.confirm_draws, level, config["repair"])
-    return jobs
+    return [Job(config, "laws"), *_arm_jobs(campaign, config, "off", campaign.draws, level, looks=campaign.anytime),
+            *_arm_jobs(campaign, config, "on", campaign.draws, level, looks=campaign.anytime)]
+
+
+def confirmation_jobs(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
+    """Fresh off and on arms and the repaired arm (stage S3), for a config selected for confirmation."""
+    if not (campaign.confirm_draws and config.get("repair")):
+        return []
+    n, level = campaign.confirm_draws, TRACE_LEVEL.get(config["engine"], "calls")
+    return [*_arm_jobs(campaign, config, "off-confirm", n, "counts"),
+            *_arm_jobs(campaign, config, "on-confirm", n, "counts"),
+            *_arm_jobs(campaign, config, "repaired", n, level, config["repair"])]
+
+
+def plan(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
+    """Every job a config can have: discovery, and confirmation if it is selected for it."""
+    return discovery_jobs(campaign, config) + confirmation_jobs(campaign, config)
 
 
 # -- progress ------------------------------------------------------------------------------------
@@ -448,7 +516,8 @@ def merge_shards(shards: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, dict[str, Any]],
-                  campaign: Campaign, m: int) -> ConfigDecision:
+                  campaign: Campaign, m: int, look: Look | None = None) -> ConfigDecision:
+    """The decision from merged arms; at an anytime `look`, with that look's share of the budget."""
     hyp = laws.get("hypothesis")
     on, off = arms["on"], arms["off"]
 
@@ -464,16 +533,19 @@ def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, 
         role=config.get("role", "probe"), on=Arm(on["outcomes"], on["violations"], on["proposed"], on["accepted"]),
         off=Arm(off["outcomes"], off["violations"]), reference=laws["reference"], predicates=predicates,
         hypothesis=(hyp["id"], hyp["law"]) if hyp else None,
-        records_status="complete" if rec_on and rec_off else "not_returned", records_on=rec_on, records_off=rec_off)
-    d = decide(cfg, alpha=campaign.alpha, m=m, threshold=campaign.threshold)
-    object.__setattr__(d, "contract", on["contract"])
+        records_status="complete" if rec_on and rec_off else "not_returned", records_on=rec_on, records_off=rec_off,
+        contract={**on["contract"], "off": off["contract"]})
+    d = decide(cfg, alpha=campaign.alpha, m=m, threshold=campaign.threshold,
+               spend=1.0 if look is None else look.spend)
+    if look is not None:
+        d = dataclasses.replace(d, look=look.to_dict())
     if "repaired" in arms:
         frozen = [f"A_H({hyp['id']})"] if hyp else [d.channel_s.argmax_crash_free]
-        n_conf = sum(1 for c in campaign.configs if c.get("repair"))
         r = confirm_repair(config["repair"], cfg.family(), frozen, laws["reference"], predicates,
                            arms["off-confirm"]["outcomes"], arms["on-confirm"]["outcomes"],
                            arms["repaired"]["outcomes"], proposed_on=arms["on-confirm"]["proposed"],
-                           proposed_repaired=arms["repaired"]["proposed"], alpha=campaign.alpha, m=max(n_conf, 1))
+                           proposed_repaired=arms["repaired"]["proposed"], alpha=campaign.alpha,
+                           m=confirmation_m(campaign.configs))
         object.__setattr__(d, "repair", r)
     return d
 
@@ -497,7 +569,11 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     decide the configs whose jobs are all done (with the whole roster's m, so their bounds are the
     final ones), list the others as pending, and write report-partial.json and .md. With `only`, run
     just those configs' jobs (the roster, its seal and m stay whole, so the draws and bounds are the
-    ones a full run gives) and write the partial report, or the full one once every job is done."""
+    ones a full run gives) and write the partial report, or the full one once every job is done.
+
+    Discovery (laws, off and on arms) runs first; then the configs selected for confirmation
+    (badc_check/selection.py: one eligible, calibrated, compatible FAILS per cause and build, by sealed
+    priority) get their confirmation arms."""
     out = Path(out)
     if partial and not (out / "seal.json").exists():
         raise CampaignError(f"{out} holds no sealed campaign to report on")
@@ -532,70 +608,133 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         except LookupError as e:
             results[c["id"]] = _inconclusive(c, str(e))
             continue
-        plans[c["id"]] = plan(campaign, c)
+        plans[c["id"]] = discovery_jobs(campaign, c)
         if not partial:
             cfg_path = out / "configs" / f"{c['id']}.json"
             cfg_path.parent.mkdir(exist_ok=True)
             _write_json(cfg_path, c)
-    reused = sum(1 for jobs in plans.values() for j in jobs if j.output(out).exists())
-    chosen = {cid: jobs for cid, jobs in plans.items() if only is None or cid in only}  # what this run runs
-    for cid, jobs in chosen.items():  # so the progress and time left are this run's
-        for j in jobs:
-            if j.kind == "shard":
-                progress.totals[(cid, j.arm)] = progress.totals.get((cid, j.arm), 0) + j.count
-                if j.output(out).exists():
-                    progress.done[(cid, j.arm)] = progress.done.get((cid, j.arm), 0) + j.count
-                    progress.timed(j.output(out))
+    chosen = {cid for cid in plans if only is None or cid in only}  # what this run runs
     ex = Executor(executor, workers, progress, log)
-    # Laws first (a config without its laws cannot be decided), then every shard, retried on failure.
-    for phase in () if partial else ("laws", "shard"):
-        for attempt in range(RETRIES + 1):
-            todo = [(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed, seal["seal"]))
-                    for jobs in chosen.values() for j in jobs if j.kind == phase and not j.output(out).exists()]
-            if not todo:
-                break
-            if attempt:
-                log(f"retrying {len(todo)} failed {phase} job(s) (attempt {attempt + 1})")
-            ex.run(todo, out, campaign.seed, seal["seal"])
+
+    def run(jobs: dict[str, list[Job]], looks: bool = False) -> None:
+        """Laws first (a config without its laws cannot be decided), then every shard, retried on failure.
+        With `looks` (discovery under --anytime), shards run look by look, and a config whose look
+        decided (FAILS with eligible evidence, or VOID) runs no more of them."""
+        for cid, js in jobs.items():  # so the progress and time left are this run's
+            for j in js if cid in chosen else ():
+                if j.kind == "shard":
+                    progress.totals[(cid, j.arm)] = progress.totals.get((cid, j.arm), 0) + j.count
+                    if j.output(out).exists():
+                        progress.done[(cid, j.arm)] = progress.done.get((cid, j.arm), 0) + j.count
+                        progress.timed(j.output(out))
+        waves = planned_looks(campaign.draws) if looks else [None]
+        stopped: set[str] = set()
+        for phase in () if partial else ("laws", "shard"):
+            for look in waves if phase == "shard" else [None]:
+                lo = 0 if look is None or look.index == 1 else waves[look.index - 2].draws
+                hi = campaign.draws if look is None else look.draws
+                for attempt in range(RETRIES + 1):
+                    todo = [(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed,
+                                          seal["seal"]))
+                            for cid, js in jobs.items() if cid in chosen and cid not in stopped for j in js
+                            if j.kind == phase and not j.output(out).exists()
+                            and (look is None or lo <= j.start < hi)]
+                    if not todo:
+                        break
+                    if attempt:
+                        log(f"retrying {len(todo)} failed {phase} job(s) (attempt {attempt + 1})")
+                    ex.run(todo, out, campaign.seed, seal["seal"])
+                if look is not None and look.index < look.of:
+                    for cid in set(jobs) & chosen - stopped:
+                        found = anytime_decision(jobs[cid][0].config, jobs[cid], out, campaign, campaign.m)
+                        if found is not None and found.decision.look["look"] <= look.index:
+                            stopped.add(cid)
+                            log(f"{cid}: {found.decision.decision} at look {look.index} of {look.of} "
+                                f"({look.draws:,} draws per arm): its remaining shards are not needed")
+
+    reused = sum(1 for jobs in plans.values() for j in jobs if j.output(out).exists())
+    run(plans, looks=campaign.anytime)
     incomplete = partial  # the report is partial: asked for, or an --only run left other configs' jobs
+
+    def missing(jobs: list[Job]) -> list[Job]:
+        return [j for j in jobs if not j.output(out).exists()]
+
+    def failed(cid: str, jobs: list[Job]) -> str | None:  # tried RETRIES + 1 times in this run
+        left = missing(jobs)
+        return (f"{len(left)} job(s) failed after {RETRIES + 1} attempts (first: {left[0].label})"
+                if left and not partial and cid in chosen else None)
+
+    m = campaign.m
     if only is not None and not partial:
         if not interrupted_before:  # this run was not cut off; an earlier one's mark stays for the final report
             marker.unlink(missing_ok=True)
-        incomplete = any(not j.output(out).exists() for jobs in plans.values() for j in jobs)
-    m = len(campaign.configs)
+        incomplete = any(missing(jobs) for jobs in plans.values())
+        if campaign.anytime:  # a config decided at an early look needs none of its later shards
+            incomplete = any(anytime_decision(jobs[0].config, jobs, out, campaign, m) is None
+                             for jobs in plans.values())
+    found: dict[str, FolderDecision] = {}
+    states: dict[str, ConfigDecision | str | None] = {cid: r["decision"] for cid, r in results.items()}
+    for cid, jobs in plans.items():
+        got = anytime_decision(jobs[0].config, jobs, out, campaign, m) if campaign.anytime else \
+            None if missing(jobs) else decide_from_folder(jobs[0].config, jobs, out, campaign, m)
+        if got is not None:
+            found[cid] = got
+            states[cid] = got.decision
+        else:
+            states[cid] = None if incomplete else INCONCLUSIVE
+    selection = select_confirmations(campaign.configs, states)
+    confirm = {cid: confirmation_jobs(campaign, plans[cid][0].config) for cid in selection.attempts}
+    confirm = {cid: jobs for cid, jobs in confirm.items() if jobs}
+    if confirm:
+        reused += sum(1 for jobs in confirm.values() for j in jobs if j.output(out).exists())
+        run(confirm)
+        if only is not None and not partial:
+            incomplete = incomplete or any(missing(jobs) for jobs in confirm.values())
+    waiting = set(selection.pending) if campaign.confirm_draws else set()  # their group is not decided yet
     decided: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}  # laws and merged arms
     pending: list[dict[str, Any]] = []
     resumed = 0  # draws of decided configs that shards took over from checkpoints of cut-off runs
     for cid, jobs in plans.items():
         config = jobs[0].config
-        missing = [j for j in jobs if not j.output(out).exists()]
-        failed = (f"{len(missing)} job(s) failed after {RETRIES + 1} attempts (first: {missing[0].label})"
-                  if missing and not partial and cid in chosen else None)  # tried RETRIES + 1 times here
-        if missing and incomplete:
+        conf_jobs = confirm.get(cid, [])
+        left = ([] if cid in found else missing(jobs)) + missing(conf_jobs)
+        why = failed(cid, jobs + conf_jobs) if left else None
+        if (left or cid in waiting) and incomplete:
             arms_done: dict[str, list[int]] = {}
-            for j in jobs[1:]:
+            for j in jobs[1:] + conf_jobs:
                 done_total = arms_done.setdefault(j.arm, [0, 0])
                 done_total[0] += j.count if j.output(out).exists() else 0
                 done_total[1] += j.count
-            pending.append({"id": cid, "laws": jobs[0].output(out).exists(), "failed": failed,
+            pending.append({"id": cid, "laws": jobs[0].output(out).exists(), "failed": why,
                             "draws": {arm: f"{d:,}/{t:,}" for arm, (d, t) in arms_done.items()}})
-            if failed:  # not decided: the next run retries them, so the partial report lists it as pending
-                log(f"{cid}: {failed}; still pending, the next run retries them")
+            if cid in waiting and not left:
+                pending[-1]["waiting"] = "its confirmation is selected once every config of its build is decided"
+            if why:  # not decided: the next run retries them, so the partial report lists it as pending
+                log(f"{cid}: {why}; still pending, the next run retries them")
             continue
-        if missing:  # a whole run: every missing job was tried RETRIES + 1 times, so `failed` is set
-            results[cid] = _inconclusive(config, str(failed))
+        if cid not in found:  # a whole run: every missing job was tried RETRIES + 1 times, so `why` is set
+            results[cid] = _inconclusive(config, str(why))
             continue
-        found = decide_from_folder(config, jobs, out, campaign, m)
-        resumed += found.resumed
-        decided[cid] = (found.laws, found.arms)
-        d = found.decision
-        results[cid] = {**d.to_dict(), "simulator_check": found.laws.get("simulator_check"),
-                        "records_detail": {arm: found.arms[arm]["records"] for arm in ("on", "off")}}
-        log(f"{cid}: {d.decision} (D {d.D:.4f}, returned {d.channel_s.D_returned:.4f}, witnesses {d.witnesses.count})")
+        folder = found[cid]
+        if conf_jobs and not missing(conf_jobs):
+            folder = decide_from_folder(config, folder.jobs + conf_jobs, out, campaign, m, look=folder.look)
+        d = folder.decision
+        if conf_jobs and missing(conf_jobs):
+            object.__setattr__(d, "repair", not_attempted(config["repair"], f"confirmation jobs failed: {why}"))
+        elif cid in selection.not_attempted and campaign.confirm_draws:
+            object.__setattr__(d, "repair", not_attempted(config["repair"], selection.not_attempted[cid]))
+        resumed += folder.resumed
+        decided[cid] = (folder.laws, folder.arms)
+        results[cid] = {**d.to_dict(), "simulator_check": folder.laws.get("simulator_check"),
+                        "records_detail": {arm: folder.arms[arm]["records"] for arm in ("on", "off")}}
+        log(f"{cid}: {d.decision} (D {d.D:.4f}, witnesses {d.witnesses.count}, contract "
+            f"{(d.contract or {}).get('status', 'unchecked')})")
     report = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
-              "threshold": campaign.threshold, "m": m, "draws": campaign.draws,
-              "confirm_draws": campaign.confirm_draws, "interrupted": interrupted_before, "jobs_reused": reused,
-              "draws_resumed": resumed, "elapsed_s": round(time.monotonic() - start, 1),
+              "threshold": campaign.threshold, "m": m, "confirm_m": confirmation_m(campaign.configs),
+              "anytime": [look.to_dict() for look in planned_looks(campaign.draws)] if campaign.anytime else None,
+              "draws": campaign.draws, "confirm_draws": campaign.confirm_draws,
+              "confirmation_attempts": list(selection.attempts), "interrupted": interrupted_before,
+              "jobs_reused": reused, "draws_resumed": resumed, "elapsed_s": round(time.monotonic() - start, 1),
               "configs": [results[c["id"]] for c in campaign.configs if c["id"] in results]}
     if incomplete:
         report["pending"] = pending
@@ -619,13 +758,15 @@ class FolderDecision:
     laws: dict[str, Any]  # the laws job's output, with the registered predicates' outcome sets added
     arms: dict[str, dict[str, Any]]  # each arm merged from its shards
     resumed: int  # draws the shards took over from checkpoints of cut-off runs
+    jobs: list[Job] = field(default_factory=list)  # the jobs it was decided from
+    look: Look | None = None  # the anytime look it was decided at
 
 
 def decide_from_folder(config: dict[str, Any], jobs: list[Job], out: Path, campaign: Campaign, m: int,
-                       arms: tuple[str, ...] | None = None) -> FolderDecision:
+                       arms: tuple[str, ...] | None = None, look: Look | None = None) -> FolderDecision:
     """Decide `config` from its jobs' outputs in `out` (every job of the chosen arms must be done).
     `arms` limits the arms read: ("on", "off") decides a config before its repair-confirmation arms
-    are done, without the repair result."""
+    are done, without the repair result. `look`: an anytime look, decided with its share of the budget."""
     laws = json.loads(jobs[0].output(out).read_text())
     shards: dict[str, list[dict[str, Any]]] = {}
     for j in jobs[1:]:
@@ -634,8 +775,26 @@ def decide_from_folder(config: dict[str, Any], jobs: list[Job], out: Path, campa
     merged = {arm: merge_shards(s) for arm, s in shards.items()}
     if config.get("predicates"):
         laws["predicates"] = _predicate_sets(config, laws, merged)
-    return FolderDecision(decision=decide_config(config, laws, merged, campaign, m), laws=laws, arms=merged,
-                          resumed=sum(s.get("resumed", 0) for arm in shards.values() for s in arm))
+    return FolderDecision(decision=decide_config(config, laws, merged, campaign, m, look), laws=laws, arms=merged,
+                          resumed=sum(s.get("resumed", 0) for arm in shards.values() for s in arm),
+                          jobs=[jobs[0], *(j for j in jobs[1:] if arms is None or j.arm in arms)], look=look)
+
+
+def anytime_decision(config: dict[str, Any], jobs: list[Job], out: Path, campaign: Campaign,
+                     m: int) -> FolderDecision | None:
+    """`badc run --anytime`: the decision at the first planned look that stops (FAILS or VOID), else at the
+    last look; None while the finished shards allow neither. Looks take contiguous prefixes of both arms,
+    so the decision does not depend on which shards finished first."""
+    if not jobs[0].output(out).exists():
+        return None
+    for look in planned_looks(campaign.draws):
+        prefix = [j for j in jobs[1:] if j.arm in ("on", "off") and j.start < look.draws]
+        if any(not j.output(out).exists() for j in prefix):
+            return None
+        found = decide_from_folder(config, [jobs[0], *prefix], out, campaign, m, look=look)
+        if look.index == look.of or should_stop(found.decision):
+            return found
+    return None
 
 
 def _predicate_sets(config: dict[str, Any], laws: dict[str, Any],
@@ -656,11 +815,20 @@ def report_markdown(report: dict[str, Any]) -> str:
     def f(v: Any) -> str:
         return "-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
 
+    conf = (f"; confirmation at alpha {report['alpha']} over its own m = {report['confirm_m']} (one attempt per "
+            f"cause and build; attempted: {', '.join(report['confirmation_attempts']) or 'none'})"
+            if report.get("confirm_draws") and "confirm_m" in report else "")
     lines = [f"# badc report: {report['campaign']}", "",
-             f"Seal `{report['seal'][:16]}`; alpha {report['alpha']} family-wise over m = {report['m']}; "
+             f"Seal `{report['seal'][:16]}`; alpha {report['alpha']} family-wise over m = {report['m']}{conf}; "
              f"threshold {report['threshold']}; {report['draws']:,} draws per arm"
              + (f", {report['confirm_draws']:,} per confirmation arm" if report.get("confirm_draws") else "") + ". "
              "NOT_REJECTED means the test did not reject; it is not evidence of conformance.", ""]
+    if report.get("anytime"):
+        looks = report["anytime"]
+        lines += [f"Anytime: {len(looks)} planned looks per config at "
+                  + ", ".join(f"{lk['draws']:,}" for lk in looks) + " draws per arm, the error budget spent over "
+                  "them (the last look half of it); a config stops at its first look with an eligible FAILS or "
+                  "VOID.", ""]
     if "pending" in report:
         lines += [f"**Partial report: {len(report['configs'])} of {report['m']} configs decided**, each with the "
                   "whole roster's m, so these decisions are final; the pending configs are listed at the end.", ""]
@@ -668,24 +836,32 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += ["**This campaign was interrupted and completed from its sealed roster** "
                   f"({report['jobs_reused']} jobs reused, {report.get('draws_resumed', 0):,} draws taken over from "
                   "checkpoints of cut-off shards).", ""]
-    lines += ["| config | engine | build | role | decision | eligible | D | D returned | witnesses | proposed | "
-              "calibration | hypothesis | repair |",
+    lines += ["D bounds the distance between the arms' returned-output laws from below; the contract column is "
+              "the trace replay of the on arm, its own channel, never folded into D.", "",
+              "| config | engine | build | role | decision | eligible | D | witnesses | proposed | "
+              "calibration | hypothesis | repair | contract |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in report["configs"]:
         hyp = c.get("hypothesis")
         hyp_s = "-" if not hyp else (f"{hyp['id']}: {'compatible' if hyp['compatible'] else 'incompatible'}, null "
                                      f"{'rejected' if hyp['null_rejected'] else 'not rejected'}")
         rep = c.get("repair")
-        rep_s = "-" if not rep else (f"{rep['id']}: {'confirmed' if rep['confirmed'] else 'not confirmed'} "
-                                     f"(recurrence {rep['recurrence']:.4f}, gap UB {rep['gap_ub']:.4f}, "
-                                     f"witness UB {rep['witness_ub']:.1e})")
+        rep_s = "-" if not rep else (f"{rep['id']}: not attempted" if rep.get("attempted") is False else (
+            f"{rep['id']}: {'confirmed' if rep['confirmed'] else 'not confirmed'} (recurrence {rep['recurrence']:.4f}, "
+            f"gap UB {rep['gap_ub']:.4f}, witness UB {rep['witness_ub']:.1e})"))
         lines.append(f"| {c['id']} | {c['engine']} | {c['build']} | {c['role']} | **{c['decision']}** | "
-                     f"{'yes' if c['eligible'] else 'no'} | {f(c.get('D'))} | {f(c.get('D_returned'))} | "
+                     f"{'yes' if c['eligible'] else 'no'} | {f(c.get('D'))} | "
                      f"{c['witnesses']} | {f(c['exercise']['proposed'])} | {f(c['calibration']['passed'])} | "
-                     f"{hyp_s} | {rep_s} |")
+                     f"{hyp_s} | {rep_s} | {contract_cell(c.get('contract'))} |")
     for c in report["configs"]:
         lines += ["", f"## {c['id']}: {c['decision']}", ""]
         lines += [f"- {r}" for r in c.get("reasons", [])]
+        if c.get("repair"):
+            lines += [f"- repair {c['repair']['id']}: {r}" for r in c["repair"].get("reasons", [])]
+        if c.get("anytime"):
+            lk = c["anytime"]
+            lines.append(f"- decided at look {lk['look']} of {lk['of']}: {lk['draws']:,} draws per arm, "
+                         f"{lk['spend']:.4g} of the budget")
         if c.get("D_event"):
             lines.append(f"- D attained on `{c['D_event']}`; crash-free returned-output D {f(c.get('D_crash_free'))} "
                          f"on `{c.get('D_crash_free_event')}`; {c.get('events')} events, B = {c.get('bounds')}")
@@ -693,12 +869,9 @@ def report_markdown(report: dict[str, Any]) -> str:
             lines.append("- witness outcomes: " + ", ".join(f"`{y}` x{k}" for y, k in
                                                           list(c["witness_outcomes"].items())[:8]))
         contract = c.get("contract")
+        lines += [f"- {line}" for line in contract_lines(contract, c["decision"])]
         if contract and contract.get("first_violation"):
-            fv = contract["first_violation"]
-            lines.append(f"- contract: {contract['violations']} violating calls in {contract['violating_requests']} "
-                         f"of {contract['requests']} requests; first: {fv['message']}")
-        elif contract:
-            lines.append(f"- contract: {contract['calls']} calls replayed, no violation")
+            lines.append(f"- first contract violation: {contract['first_violation']['message']}")
         if contract and contract.get("carried_over"):
             lines.append(f"- drafter state carried over: {contract['carried_over']:,} of {contract['requests']:,} "
                          f"requests did not start from the first request's drafter settings, so a draw may "
@@ -713,6 +886,7 @@ def report_markdown(report: dict[str, Any]) -> str:
                   "| config | laws | draws done per arm | failed in this run (the next run retries) |",
                   "|---|---|---|---|"]
         lines += [f"| {p['id']} | {'done' if p['laws'] else 'pending'} | "
-                  + ", ".join(f"{arm} {n}" for arm, n in p["draws"].items()) + f" | {p['failed'] or '-'} |"
+                  + ", ".join(f"{arm} {n}" for arm, n in p["draws"].items())
+                  + f" | {p['failed'] or p.get('waiting') or '-'} |"
                   for p in report["pending"]]
     return "\n".join(lines) + "\n"

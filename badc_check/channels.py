@@ -19,6 +19,12 @@ def _violates(pred: Predicate, y: str) -> bool:
     return bool(pred(y)) if callable(pred) else y in pred
 
 
+def violates_any(predicates: Mapping[str, Predicate]) -> Callable[[str], bool]:
+    """Membership in the contract-violation event: the outcomes that violate a registered predicate."""
+    preds = list(predicates.values())
+    return lambda y: any(_violates(p, y) for p in preds)
+
+
 @dataclass(frozen=True)
 class Witnesses:
     """On-arm outcomes with P = 0 that violate a registered predicate no off-arm outcome violates."""
@@ -53,9 +59,8 @@ def find_witnesses(on: Mapping[str, int], off: Mapping[str, int], reference: Map
 
 @dataclass(frozen=True)
 class ChannelS:
-    D: float  # max over the family of L_on(A) - U_off(A)
-    D_returned: float  # the same over events of returned outputs (a lower bound on their TV)
-    D_crash_free: float  # over crash-free events of returned outputs (E4)
+    D: float  # max over the family of L_on(A) - U_off(A): a lower bound on the returned-output TV
+    D_crash_free: float  # over crash-free events (E4)
     argmax: str  # the event attaining D
     argmax_crash_free: str
     tail: float  # per-bound level alpha / (m B)
@@ -72,12 +77,9 @@ def channel_s(family: EventFamily, on_counts: np.ndarray, n_on: int, off_counts:
     l_off = lower(off_counts, n_off, tail)
     gap = l_on - u_off
     i = int(np.argmax(gap))
-    # The contract-violation event is about traced calls, not returned outputs.
-    returned = np.array([e.kind != "violation" for e in family.events])
-    d_returned = float(np.where(returned, gap, -np.inf).max())
-    cf = np.where(crash_free & returned, gap, -np.inf)
+    cf = np.where(crash_free, gap, -np.inf)
     j = int(np.argmax(cf))
-    return ChannelS(float(gap[i]), d_returned, float(cf[j]), family.events[i].id, family.events[j].id, tail,
+    return ChannelS(float(gap[i]), float(cf[j]), family.events[i].id, family.events[j].id, tail,
                     l_on, u_off, l_off)
 
 
@@ -104,12 +106,14 @@ def record_events(on: RecordArm | None, off: RecordArm | None) -> list[str]:
     return ["any"] + [f"pos={p}" for p in sorted(set(on.positions) | set(off.positions))]
 
 
-def channel_r(status: str, on: RecordArm | None, off: RecordArm | None, tail: float) -> ChannelR:
+def channel_r(status: str, on: RecordArm | None, off: RecordArm | None, tail: float,
+              anytime: bool = False) -> ChannelR:
     """A record failure needs L_on - U_off > 0 on the any-mismatch or a per-position event."""
     if status != "complete" or on is None or off is None:
         return ChannelR(status, False, None, 0)
+    lower, upper = (cs_lower, cs_upper) if anytime else (cp_lower, cp_upper)
     names = record_events(on, off)
     k_on = np.array([on.mismatch] + [on.positions.get(int(n[4:]), 0) for n in names[1:]])
     k_off = np.array([off.mismatch] + [off.positions.get(int(n[4:]), 0) for n in names[1:]])
-    gap = cp_lower(k_on, on.draws, tail) - cp_upper(k_off, off.draws, tail)
+    gap = lower(k_on, on.draws, tail) - upper(k_off, off.draws, tail)
     return ChannelR(status, bool((gap > 0).any()), float(gap.max()), len(names))

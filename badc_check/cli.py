@@ -36,7 +36,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     out = args.out
     try:
-        campaign = load_campaign(args.campaign or BUILTIN, draws=args.draws, confirm_draws=args.confirm)
+        campaign = load_campaign(args.campaign or BUILTIN, draws=args.draws, confirm_draws=args.confirm,
+                                 anytime=args.anytime or None)
         if not args.campaign:
             campaign = installed_only(campaign)
         out = out or f"badc-out/{campaign.name}"
@@ -80,7 +81,9 @@ def _replay_in_build(args: argparse.Namespace) -> int | None:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from badc_replay.contract import replay_trace
+    """Exit 0 only when every request was checked in full and none broke the contract; 1 on a violation;
+    2 on a usage or format error; 3 when anything was left unchecked (DESIGN.md, "Commands")."""
+    from badc_replay.contract import BROKEN, UNCHECKED, replay_trace
     from badc_trace.format import TraceFormatError
 
     try:
@@ -92,22 +95,21 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         rc = _replay_in_build(args)
         if rc is not None:
             return rc
+    status = res.status
     if args.json:
         print(json.dumps(res.to_dict(), indent=1))
     else:
         print(f"{args.trace}: {res.engine}, {res.requests} requests, {res.calls} calls, {res.violations} violating "
-              f"calls in {len(res.violating_requests)} requests")
+              f"calls in {len(res.violating_requests)} requests: contract {status}")
         for rid in sorted(res.first_per_request)[: args.limit]:
             print(f"  {res.first_per_request[rid].message()}")
         if res.first_carry_over is not None:
             print(f"  drafter state carried over: {res.carried_over} requests did not start from the first "
                   f"request's drafter settings (a draw may depend on the draws before it); first: "
                   f"{res.first_carry_over.message()}")
-        if res.unchecked:
-            print(f"  {res.unchecked}")
-        if res.torn_tail:
-            print(f"  torn tail at {res.torn_tail}: the writer did not finish; every whole chunk was checked")
-    return 1 if res.violations else 0
+    for why in res.left_unchecked():
+        print(f"badc replay: UNCHECKED: {why}", file=sys.stderr)
+    return {BROKEN: 1, UNCHECKED: 3}.get(status, 0)
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
@@ -153,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     r.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local worker processes, or Ray tasks (RAY_ADDRESS selects a cluster; default: a local one)")
+    r.add_argument("--anytime", action="store_true",
+                   help="stop a config at the first planned look (prefixes of n/128, ..., n/2, n draws per arm) "
+                        "that decides FAILS with eligible evidence or VOID, the error budget spent over the looks "
+                        "(sealed: a folder is anytime or not); NOT_REJECTED still needs all n draws")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     r.add_argument("--partial", action="store_true",
                    help="run nothing: report the configs whose jobs in --out are all done (report-partial.md); "
@@ -165,7 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="check a trace against the sequential contract (exit 1 on a violation)",
                         description="Replay every request of a trace: processors must see the position's logical "
                                     "prefix (D1), stop re-checks what sequential decoding evaluated (D3). Prints the "
-                                    "first violating call of each request: which call, which prefix, expected, seen.")
+                                    "first violating call of each request: which call, which prefix, expected, seen.",
+                        epilog="Exit status: 0 only when every request was checked in full and none broke the "
+                               "contract; 1 on a violation; 2 on a usage or format error; 3 when anything was "
+                               "left unchecked (a part of the contract this interpreter cannot check, a torn tail, "
+                               "no request, records that name no request), each said on stderr.")
     rp.add_argument("trace", metavar="TRACE")
     rp.add_argument("--json", action="store_true")
     rp.add_argument("--limit", type=int, default=5, help="requests to show (default 5)")

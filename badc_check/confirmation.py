@@ -27,20 +27,26 @@ WITNESS_LIMIT = 1e-4
 class RepairResult:
     id: str
     confirmed: bool
-    recurrence: float  # max over frozen crash-free events of L_on - U_off
-    recurrence_witnesses: int
-    gap_ub: float  # simultaneous upper bound on the repaired arm's gap to the off arm
-    witness_ub: float  # upper bound on the repaired arm's witness rate
+    recurrence: float | None  # max over frozen crash-free events of L_on - U_off
+    recurrence_witnesses: int | None
+    gap_ub: float | None  # simultaneous upper bound on the repaired arm's gap to the off arm
+    witness_ub: float | None  # upper bound on the repaired arm's witness rate
     calibration_passed: bool | None
     exercised: bool
     reasons: tuple[str, ...]
+    attempted: bool = True  # False: stage S3 gave this config no attempt (the reasons say why)
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "confirmed": self.confirmed, "recurrence": self.recurrence,
-                "gap_ub": self.gap_ub, "witness_ub": self.witness_ub,
+        return {"id": self.id, "attempted": self.attempted, "confirmed": self.confirmed,
+                "recurrence": self.recurrence, "gap_ub": self.gap_ub, "witness_ub": self.witness_ub,
                 "recurrence_witnesses": self.recurrence_witnesses,
                 "calibration_passed": self.calibration_passed, "exercised": self.exercised,
                 "reasons": list(self.reasons)}
+
+
+def not_attempted(repair_id: str, why: str) -> RepairResult:
+    """A registered repair that got no confirmation attempt: never confirmed, with the reason."""
+    return RepairResult(repair_id, False, None, None, None, None, None, False, (why,), attempted=False)
 
 
 def bounds_for_confirmation(family: EventFamily, frozen: Sequence[str]) -> int:
@@ -59,7 +65,7 @@ def confirm_repair(repair_id: str, family: EventFamily, frozen: Sequence[str],
         raise ValueError(f"repair {repair_id}: frozen events not in the family: {', '.join(unknown)}")
     tail = alpha / (m * bounds_for_confirmation(family, frozen))
     n_off, n_on, n_rep = sum(off.values()), sum(on.values()), sum(repaired.values())
-    c_off, c_on, c_rep = family.counts(off, off_violations), family.counts(on), family.counts(repaired)
+    c_off, c_on, c_rep = family.counts(off), family.counts(on), family.counts(repaired)
     idx = np.array([family.index[e] for e in frozen], dtype=np.int64)
     cf = family.crash_free(off, on)[idx]
     l_off, u_off = cp_lower(c_off[idx], n_off, tail), cp_upper(c_off[idx], n_off, tail)

@@ -73,6 +73,11 @@ class _Reader:
             positions[int(p)] = self.int(k, f"{where}.positions[{p!r}]")
         if mismatch > draws:
             raise self.fail(f"{where}.mismatch", f"{mismatch} mismatches in {draws} draws")
+        over = {p: k for p, k in positions.items() if k > mismatch}
+        if over:
+            p, k = next(iter(over.items()))
+            raise self.fail(f"{where}.positions[{str(p)!r}]", f"{k} draws mismatch at position {p}, but only "
+                                                              f"{mismatch} draws mismatch at all")
         return RecordArm(draws, mismatch, positions)
 
     def config(self, c: Any, where: str) -> Config:
@@ -90,12 +95,22 @@ class _Reader:
             if not isinstance(ys, list):
                 raise self.fail(f"{where}.predicates[{name!r}]", "expected a list of violating outcomes")
             predicates[name] = frozenset(self.outcome(y, f"{where}.predicates[{name!r}]") for y in ys)
+        n_on, n_off = sum(on.values()), sum(off.values())
         ex = self.obj(c.get("exercise", {}), f"{where}.exercise")
         proposed = self.int(ex["proposed"], f"{where}.exercise.proposed") if "proposed" in ex else None
         accepted = self.int(ex["accepted"], f"{where}.exercise.accepted") if "accepted" in ex else None
+        if proposed is not None and accepted is not None and accepted > proposed:
+            raise self.fail(f"{where}.exercise.accepted", f"{accepted} draft tokens accepted of {proposed} proposed")
         vio = self.obj(c.get("violations", {}), f"{where}.violations")
         v_on = self.int(vio.get("on", 0), f"{where}.violations.on")
         v_off = self.int(vio.get("off", 0), f"{where}.violations.off")
+        for arm, v, n in (("on", v_on, n_on), ("off", v_off, n_off)):
+            if v > n:
+                raise self.fail(f"{where}.violations.{arm}", f"{v} violating draws in an arm of {n} draws")
+        # Trace replay is the contract channel, beside the decision; without it the channel is unchecked.
+        contract = None if "violations" not in c else {
+            "status": "broken" if v_on else "held", "requests": n_on, "violating_requests": v_on,
+            "off": {"status": "broken" if v_off else "held", "requests": n_off, "violating_requests": v_off}}
         hyp = None
         if c.get("hypothesis") is not None:
             h = self.obj(c["hypothesis"], f"{where}.hypothesis")
@@ -118,10 +133,13 @@ class _Reader:
         role = c.get("role", "probe")
         if role not in ROLES:
             raise self.fail(f"{where}.role", f"expected one of {', '.join(ROLES)}")
+        for arm, r, n in (("on", r_on, n_on), ("off", r_off, n_off)):
+            if r is not None and r.draws > n:
+                raise self.fail(f"{where}.records.{arm}.draws", f"{r.draws} draws with records in an arm of {n} draws")
         return Config(id=cid, on=Arm(on, v_on, proposed, accepted), off=Arm(off, v_off), reference=reference,
                       predicates=predicates, hypothesis=hyp, records_status=status, records_on=r_on,
                       records_off=r_off, declared_support=support, engine=str(c.get("engine", "")),
-                      build=str(c.get("build", "")), role=role)
+                      build=str(c.get("build", "")), role=role, contract=contract)
 
 
 def load_counts(path: str | Path) -> tuple[dict[str, Any], list[Config]]:

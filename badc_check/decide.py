@@ -8,8 +8,12 @@ Order of rules: an arm without draws is INCONCLUSIVE; failed calibration is VOID
 are INCONCLUSIVE; a witness, D > threshold or a channel-R failure is FAILS; NOT_REJECTED further
 needs speculation shown to be exercised (proposals counted), else INCONCLUSIVE. Eligible evidence
 (E2-E4) is a FAILS with passed calibration, observed proposals, and a witness or D > threshold on a
-crash-free event of returned outputs (the contract-violation event fails a configuration, but it is
-about traced calls, so it does not by itself show that the returned law changed).
+crash-free event.
+
+Every event of D is a set of returned outputs, so D lower-bounds the TV distance between the arms'
+returned-output laws. Trace replay is the contract channel, reported beside the decision and never
+folded into D: a config can be NOT_REJECTED on its returned law while its contract is broken, and
+the report says both. An off-arm contract violation voids the config (A5).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from badc_check.channels import (
     channel_s,
     find_witnesses,
     record_events,
+    violates_any,
 )
 from badc_check.compatibility import Compatibility, compatibility
 from badc_check.confirmation import RepairResult
@@ -41,7 +46,8 @@ DEFAULT_THRESHOLD = 0.01
 
 @dataclass(frozen=True)
 class Arm:
-    """What one arm returned: outcome counts, contract violations found by replay, drafter exercise."""
+    """What one arm returned: outcome counts, requests whose replay found a contract violation (the
+    off arm's void the config, A5), drafter exercise."""
 
     outcomes: Mapping[str, int]
     violations: int = 0
@@ -72,10 +78,11 @@ class Config:
     engine: str = ""
     build: str = ""
     role: str = "probe"
+    contract: Mapping[str, Any] | None = None  # the contract channel: the arms' replay summaries
 
     def family(self) -> EventFamily:
         hyps = {self.hypothesis[0]: self.hypothesis[1]} if self.hypothesis else {}
-        return EventFamily.build(self.reference, hyps, self.declared_support)
+        return EventFamily.build(self.reference, hyps, self.declared_support, violates_any(self.predicates))
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class ConfigDecision:
     repair: RepairResult | None = None
     contract: dict[str, Any] | None = None
     reasons: tuple[str, ...] = ()
+    look: dict[str, Any] | None = None  # `badc run --anytime`: the planned look that decided (looks.py)
 
     def to_dict(self) -> dict[str, Any]:
         """The report.json fields of DESIGN.md ("Report"), plus the evidence behind them."""
@@ -109,7 +117,7 @@ class ConfigDecision:
         return {
             "id": self.id, "engine": self.engine, "build": self.build, "role": self.role,
             "decision": self.decision, "eligible": self.eligible, "D": self.D,
-            "D_returned": s.D_returned, "D_crash_free": self.D_crash_free, "D_event": s.argmax,
+            "D_crash_free": self.D_crash_free, "D_event": s.argmax,
             "D_crash_free_event": s.argmax_crash_free,
             "witnesses": self.witnesses.count, "witness_outcomes": self.witnesses.outcomes,
             "witness_predicates": list(self.witnesses.predicates),
@@ -126,31 +134,35 @@ class ConfigDecision:
             "repair": None if self.repair is None else self.repair.to_dict(),
             "contract": self.contract,
             "events": self.family_size, "bounds": self.bounds, "tail": s.tail,
-            "family_source": self.family_source, "reasons": list(self.reasons),
+            "family_source": self.family_source, "reasons": list(self.reasons), "anytime": self.look,
         }
 
 
 def decide(cfg: Config, *, alpha: float = 0.05, m: int = 1, threshold: float = DEFAULT_THRESHOLD,
-           anytime: bool = False, family: EventFamily | None = None) -> ConfigDecision:
-    """Decide one configuration. `anytime=True` uses confidence sequences, valid at every look."""
+           anytime: bool = False, family: EventFamily | None = None, spend: float = 1.0) -> ConfigDecision:
+    """Decide one configuration. `anytime=True` uses confidence sequences, valid at every look.
+    `spend` is the share of the config's error budget this look may use (alpha spent over planned
+    looks, badc_check/looks.py): every bound, compatibility's included, is taken at that share."""
+    if not 0 < spend <= 1:
+        raise ValueError(f"spend must be in (0, 1], got {spend!r}")
     family = family or cfg.family()
     on, off = cfg.on, cfg.off
     n_on, n_off = on.draws, off.draws
     rec_events = record_events(cfg.records_on, cfg.records_off) if cfg.records_status == "complete" else []
     bounds = family.bounds_per_config + 2 * len(rec_events)
-    tail = alpha / (m * bounds)
-    c_on = family.counts(on.outcomes, on.violations)
-    c_off = family.counts(off.outcomes, off.violations)
+    tail = spend * alpha / (m * bounds)
+    c_on = family.counts(on.outcomes)
+    c_off = family.counts(off.outcomes)
     crash_free = family.crash_free(on.outcomes, off.outcomes)
     s = channel_s(family, c_on, n_on, c_off, n_off, tail, crash_free, anytime=anytime)
     wit = find_witnesses(on.outcomes, off.outcomes, cfg.reference, cfg.predicates)
     p_ref = None if cfg.reference is None else family.probabilities(cfg.reference)
     cal = calibrate([e.id for e in family.events], s.lower_off, p_ref, off.violations)
-    rec = channel_r(cfg.records_status, cfg.records_on, cfg.records_off, tail)
+    rec = channel_r(cfg.records_status, cfg.records_on, cfg.records_off, tail, anytime=anytime)
     hyp = None
     if cfg.hypothesis is not None:
         hyp = compatibility(cfg.hypothesis[0], cfg.hypothesis[1], family, on.outcomes, c_on, n_on,
-                            alpha / (2 * m * len(family)), cfg.reference)
+                            spend * alpha / (2 * m * len(family)), cfg.reference, anytime=anytime)
 
     reasons: list[str] = []
     detected = wit.count > 0 or s.D > threshold or rec.failed
@@ -170,9 +182,8 @@ def decide(cfg: Config, *, alpha: float = 0.05, m: int = 1, threshold: float = D
             reasons.append(f"{wit.count} structural witnesses ({', '.join(wit.predicates)})")
         if s.D > threshold:
             reasons.append(f"D = {s.D:.4f} > {threshold} on {s.argmax}")
-            if s.D_returned < s.D:
-                reasons.append(f"on returned outputs D = {s.D_returned:.4f} (crash-free {s.D_crash_free:.4f} "
-                               f"on {s.argmax_crash_free})")
+            if s.D_crash_free < s.D:
+                reasons.append(f"crash-free D = {s.D_crash_free:.4f} on {s.argmax_crash_free}")
         if rec.failed:
             reasons.append(f"channel R: record mismatch gap {rec.gap:.4f} > 0")
     elif on.proposed is None:
@@ -190,8 +201,46 @@ def decide(cfg: Config, *, alpha: float = 0.05, m: int = 1, threshold: float = D
         crashes={"on": on.crashes, "off": off.crashes},
         exercise={"proposed": on.proposed, "accepted": on.accepted}, calibration=cal, hypothesis=hyp,
         records=rec, channel_s=s, family_size=len(family), bounds=bounds, family_source=family.source,
-        reasons=tuple(reasons),
+        contract=None if cfg.contract is None else dict(cfg.contract), reasons=tuple(reasons),
     )
+
+
+def contract_cell(contract: Mapping[str, Any] | None) -> str:
+    """The contract channel in a table cell: its status, with the violating share when broken."""
+    if contract is None:
+        return "unchecked"
+    status = contract.get("status", "unchecked")
+    if status == "broken":
+        return f"**broken** ({contract['violating_requests']:,}/{contract['requests']:,} requests)"
+    return "**unchecked**" if status == "unchecked" else status
+
+
+def contract_lines(contract: Mapping[str, Any] | None, decision: str) -> list[str]:
+    """The contract channel in words, beside the returned-output decision (never folded into it)."""
+    if contract is None:
+        return ["contract UNCHECKED: no trace replay of the on arm"]
+    status = contract.get("status", "unchecked")
+    lines = []
+    if status == "broken":
+        classes = ", ".join(f"{k} {v['calls']:,} calls in {v['requests']:,} requests"
+                            for k, v in contract.get("by_class", {}).items())
+        calls = f"{contract['violations']:,} violating calls in " if contract.get("violations") is not None else ""
+        line = (f"contract BROKEN: {calls}{contract['violating_requests']:,} of {contract['requests']:,} on-arm "
+                f"requests" + (f" ({classes})" if classes else ""))
+        if decision == NOT_REJECTED:
+            line += ("; the returned-output law was not rejected, but the engine broke the sequential contract "
+                     "on the calls it made")
+        lines.append(line)
+    elif status == "held":
+        calls = f"{contract['calls']:,} calls of " if contract.get("calls") is not None else ""
+        lines.append(f"contract held: {calls}{contract['requests']:,} on-arm requests replayed in full, no violation")
+    for why in contract.get("left_unchecked", []):
+        lines.append(f"contract UNCHECKED: {why}")
+    off = contract.get("off")
+    if off is not None and off.get("status") != "held":
+        lines.append(f"off-arm contract {off.get('status', 'unchecked')}: "
+                     + "; ".join(off.get("left_unchecked") or [f"{off.get('violations', 0):,} violating calls"]))
+    return lines
 
 
 def decide_all(configs: list[Config], *, alpha: float = 0.05, threshold: float = DEFAULT_THRESHOLD,
@@ -202,5 +251,7 @@ def decide_all(configs: list[Config], *, alpha: float = 0.05, threshold: float =
 
 
 def should_stop(decision: ConfigDecision) -> bool:
-    """In anytime mode an arm may stop once FAILS (or VOID) is certain; NOT_REJECTED needs the budget."""
-    return decision.decision in (FAILS, VOID)
+    """In anytime mode an arm may stop once VOID or an eligible FAILS is certain: a FAILS without eligible
+    evidence goes on, since more draws can make it eligible (and so confirmable); NOT_REJECTED needs
+    the whole budget."""
+    return decision.decision == VOID or (decision.decision == FAILS and decision.eligible)

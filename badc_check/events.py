@@ -2,8 +2,11 @@
 
 Base events (paper §4.2-4.3): one singleton per outcome in the support of P and of every registered
 hypothesis law, OTHER (crash-free outcomes outside those singletons), token prefixes of length 1
-and 2, output lengths, termination codes, crash, contract violation, and A_H = {y : mu_H(y) > P(y)}
-per hypothesis. The family is the base events and their complements.
+and 2, output lengths, termination codes, crash, the contract-violation event (the union of the
+outcomes that violate a registered predicate), and A_H = {y : mu_H(y) > P(y)} per hypothesis. The family
+is the base events and their complements. Every event is a set of returned outputs, so D lower-bounds
+the total-variation distance between the arms' returned-output laws; what trace replay finds about
+calls is the contract channel, never an event here.
 
 Prefix, length and termination events contain crash-free outcomes only, so that crashes, which
 stay outcomes, are counted in the crash event, in crash singletons and in complements. For E4
@@ -14,7 +17,7 @@ whole family.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +25,11 @@ import numpy as np
 from badc_trace.outcomes import Outcome, parse_outcome
 
 Law = Mapping[str, float]
+Violates = Callable[[str], bool]  # does a returned outcome violate some registered predicate?
+
+
+def _never(y: str) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -36,8 +44,9 @@ class EventFamily:
 
     def __init__(self, singletons: Iterable[str], prefixes: Iterable[tuple[int, ...]], lengths: Iterable[int],
                  codes: Iterable[str], hypothesis_sets: Mapping[str, frozenset[str]] | None = None,
-                 source: str = "reference"):
+                 source: str = "reference", violates: Violates | None = None):
         self.source = source
+        self._violates = violates or _never
         base: list[Event] = []
         self._singleton: dict[str, int] = {}
         for y in sorted(set(singletons), key=_outcome_order):
@@ -72,8 +81,9 @@ class EventFamily:
     # -- construction ------------------------------------------------------------------------
     @classmethod
     def build(cls, reference: Law | None, hypotheses: Mapping[str, Law] | None = None,
-              declared: Iterable[str] | None = None) -> EventFamily:
-        """The family for a configuration, from P and the registered hypothesis laws.
+              declared: Iterable[str] | None = None, violates: Violates | None = None) -> EventFamily:
+        """The family for a configuration, from P, the registered hypothesis laws and predicates
+        (`violates(y)`: does outcome y violate one of them; the contract-violation event is its set).
 
         Without a reference the singletons come from `declared` outcomes (fixed in advance);
         `source` records which, so reports can say how the family was fixed.
@@ -98,7 +108,7 @@ class EventFamily:
         ref = reference or {}
         hsets = {hid: frozenset(y for y, p in law.items() if p > ref.get(y, 0.0))
                  for hid, law in hypotheses.items()}
-        return cls(supports, prefixes, range(max_len + 1), codes, hsets, source)
+        return cls(supports, prefixes, range(max_len + 1), codes, hsets, source, violates)
 
     # -- membership --------------------------------------------------------------------------
     def _members(self, y: str, o: Outcome) -> list[int]:
@@ -118,6 +128,8 @@ class EventFamily:
                 idx.append(n)
             if (c := self._code.get(o.code)) is not None:
                 idx.append(c)
+        if self._violates(y):
+            idx.append(self._violation)
         idx.extend(i for i, members in self._hyp if y in members)
         return idx
 
@@ -151,15 +163,14 @@ class EventFamily:
             out[r, self._members(y, parse_outcome(y))] = 1
         return out
 
-    def counts(self, outcomes: Mapping[str, int], violations: int = 0) -> np.ndarray:
+    def counts(self, outcomes: Mapping[str, int]) -> np.ndarray:
         """Counts of every event (base events, then complements) among `n` draws."""
         base = self._accumulate(outcomes)
-        base[self._violation] = violations
         n = sum(outcomes.values())
         return np.concatenate([base, n - base])
 
     def probabilities(self, law: Law) -> np.ndarray:
-        """The probability of every event under an exact law (no contract violations)."""
+        """The probability of every event under an exact law."""
         base = self._accumulate(law)
         total = float(sum(law.values()))
         return np.concatenate([base, total - base])

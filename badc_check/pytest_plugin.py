@@ -12,10 +12,15 @@
 
 Campaigns run in this process with the engine importable here (no per-build environments needed);
 reports go to pytest's temporary folder. NOT_REJECTED passes the test: it is not a proof of conformance.
+A broken contract (trace replay found a call that saw what sequential decoding would not) fails the
+test too, whatever the returned-output decision (`fail_on_broken_contract=False` to allow it). What was
+not checked (an INCONCLUSIVE or VOID config, an unchecked contract) is said in a `BadcUncheckedWarning`,
+never passed silently.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +29,19 @@ import pytest
 FAILS = "FAILS"
 
 
+class BadcUncheckedWarning(UserWarning):
+    """A campaign in a test left something unchecked: it passed nothing, and says what."""
+
+
 class BadcFixture:
     def __init__(self, tmp_path: Path):
         self.tmp_path = tmp_path
         self.reports: list[dict[str, Any]] = []
 
     def run(self, campaign: str | Path, *, draws: int | None = None, fail_on: tuple[str, ...] = (FAILS,),
-            plots: bool = False) -> dict[str, Any]:
-        """Run a campaign file here; fail the calling test when a config's decision is in `fail_on`."""
+            plots: bool = False, fail_on_broken_contract: bool = True) -> dict[str, Any]:
+        """Run a campaign file here; fail the calling test when a config's decision is in `fail_on` or
+        its contract is broken; warn about what was left unchecked."""
         # Imported here: the plugin loads in every pytest session of an environment with badc installed.
         from badc_check.campaign import CampaignError, load_campaign, run_campaign
 
@@ -42,11 +52,22 @@ class BadcFixture:
         out = self.tmp_path / f"badc-{camp.name}-{len(self.reports)}"
         report = run_campaign(camp, out, executor="inline", log=lambda m: None, plots=plots)
         self.reports.append(report)
-        bad = [c for c in report["configs"] if c["decision"] in fail_on]
+        def contract(c: dict[str, Any]) -> str:
+            return (c.get("contract") or {}).get("status", "unchecked")
+
+        bad = [c for c in report["configs"]
+               if c["decision"] in fail_on or (fail_on_broken_contract and contract(c) == "broken")]
+        for c in report["configs"]:
+            if c not in bad and (c["decision"] in ("INCONCLUSIVE", "VOID") or contract(c) == "unchecked"):
+                warnings.warn(BadcUncheckedWarning(
+                    f"badc: {c['id']} ({c['engine']} {c['build']}) was not checked in full: {c['decision']}, contract "
+                    f"{contract(c)}; " + "; ".join(c.get("reasons", []))), stacklevel=2)
         if bad:
-            lines = [f"badc: {len(bad)} configuration(s) of {camp.name} {'/'.join(fail_on)} (report: {out})"]
+            lines = [f"badc: {len(bad)} configuration(s) of {camp.name} {'/'.join(fail_on)} or with a broken "
+                     f"contract (report: {out})"]
             for c in bad:
-                lines.append(f"  {c['id']} ({c['engine']} {c['build']}): {c['decision']}; " + "; ".join(c["reasons"]))
+                lines.append(f"  {c['id']} ({c['engine']} {c['build']}): {c['decision']}, contract {contract(c)}; "
+                             + "; ".join(c["reasons"]))
                 first = (c.get("contract") or {}).get("first_violation")
                 if first:
                     lines.append(f"    first contract violation: {first['message']}")

@@ -5,16 +5,29 @@ applied to the records of one request in trace order. `replay_trace` streams a t
 records by request and reports every violation and the first one per request. Where a probe records
 the drafter's settings at each request's first drafter call, it also reports requests whose drafter
 did not start as the first request's did: state carried over between draws.
+
+Every result has a status: `broken` (some call violated the contract), `held` (every request was
+checked in full and none violated it) or `unchecked` (no violation found, but something was left
+unchecked: a part of the contract this interpreter cannot check, a torn tail that may have lost
+requests, no request at all, or records that name no request). `held` is never said of unchecked work.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from badc_trace.format import TraceReader, read_trace
+
+BROKEN, HELD, UNCHECKED = "broken", "held", "unchecked"
+CALL_TYPES = ("processor", "stop_check", "sample", "step")  # records that are calls of the contract
+
+
+def contract_status(violations: int, left_unchecked: list[str]) -> str:
+    return BROKEN if violations else UNCHECKED if left_unchecked else HELD
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,9 @@ class ContractResult:
     first_per_request: dict[int, Violation] = field(default_factory=dict)
     torn_tail: str | None = None
     unchecked: str | None = None  # contract parts this interpreter could not check, and why
+    unattributed: int = 0  # records that name no request, so no request's check saw them
+    class_calls: Counter[str] = field(default_factory=Counter)  # violating calls per class (D1-D4)
+    class_requests: dict[str, set[int]] = field(default_factory=dict)  # violating requests per class
     drafter_settings: dict[str, Any] | None = None  # what the first request's drafter started with
     carried_over: int = 0  # requests whose drafter started otherwise
     first_carry_over: CarryOver | None = None
@@ -73,12 +89,38 @@ class ContractResult:
     def first_violation(self) -> Violation | None:
         return self.first_per_request[min(self.first_per_request)] if self.first_per_request else None
 
+    def left_unchecked(self) -> list[str]:
+        """What this replay could not check, each in words; empty when every request was checked in full."""
+        left = [self.unchecked] if self.unchecked else []
+        if self.torn_tail:
+            left.append(f"torn tail at {self.torn_tail}: records after it, and any request they held, are lost")
+        if self.requests == 0:
+            left.append("no request in the trace: nothing was checked")
+        if self.unattributed:
+            left.append(f"{self.unattributed} record(s) name no request, so no request's check saw them")
+        return left
+
+    @property
+    def status(self) -> str:
+        return contract_status(self.violations, self.left_unchecked())
+
+    def add(self, rid: int, found: list[Violation]) -> None:
+        for v in found:
+            self.violations += 1
+            self.violating_requests.add(rid)
+            self.first_per_request.setdefault(rid, v)
+            self.class_calls[v.kind] += 1
+            self.class_requests.setdefault(v.kind, set()).add(rid)
+
     def to_dict(self) -> dict[str, Any]:
         first = self.first_violation
-        return {"calls": self.calls, "violations": self.violations, "requests": self.requests,
+        return {"status": self.status, "calls": self.calls, "violations": self.violations, "requests": self.requests,
                 "violating_requests": len(self.violating_requests),
+                "by_class": {k: {"calls": self.class_calls[k], "requests": len(self.class_requests[k])}
+                             for k in sorted(self.class_calls)},
                 "first_violation": None if first is None else first.to_dict(), "torn_tail": self.torn_tail,
-                "unchecked": self.unchecked, "drafter_settings": self.drafter_settings,
+                "unchecked": self.unchecked, "unattributed": self.unattributed,
+                "left_unchecked": self.left_unchecked(), "drafter_settings": self.drafter_settings,
                 "carried_over": self.carried_over,
                 "first_carry_over": None if self.first_carry_over is None else self.first_carry_over.to_dict()}
 
@@ -92,19 +134,38 @@ class ContractResult:
                 self.first_carry_over = CarryOver(request, self.drafter_settings, settings)
 
 
+def _left_unchecked(summary: dict[str, Any]) -> list[str]:
+    """A shard summary's unchecked parts; shards written before `left_unchecked` existed say it in
+    `unchecked` and `torn_tail`."""
+    if "left_unchecked" in summary:
+        return list(summary["left_unchecked"])
+    result = ContractResult("", requests=summary.get("requests", 0), unchecked=summary.get("unchecked"),
+                            torn_tail=summary.get("torn_tail"))
+    return result.left_unchecked()
+
+
 def merge_contracts(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     """One arm's contract summary from its shards' (`(first draw, ContractResult.to_dict())`, in draw
-    order): counts add up, the first violation is the earliest request's. Every shard starts a fresh
-    engine, so a shard whose drafter started otherwise than the first shard's adds one carried-over
-    request (the workers' environments differ) to those carried over within the shards."""
+    order): counts add up, the first violation is the earliest request's, what a shard left unchecked
+    is the arm's, and a shard that was not replayed at all leaves the arm unchecked. Every shard starts
+    a fresh engine, so a shard whose drafter started otherwise than the first shard's adds one
+    carried-over request (the workers' environments differ) to those carried over within the shards."""
     merged: dict[str, Any] = {"calls": 0, "violations": 0, "requests": 0, "violating_requests": 0,
-                              "first_violation": None}
+                              "by_class": {}, "first_violation": None, "left_unchecked": []}
     between = ContractResult("")
     within = 0
     firsts: list[dict[str, Any]] = []
     for start, c in parts:
+        if not c:
+            merged["left_unchecked"].append(f"the shard from draw {start:,} was not replayed")
+            continue
         for key in ("calls", "violations", "requests", "violating_requests"):
             merged[key] += c.get(key, 0)
+        for kind, n in c.get("by_class", {}).items():
+            got = merged["by_class"].setdefault(kind, {"calls": 0, "requests": 0})
+            got["calls"] += n["calls"]
+            got["requests"] += n["requests"]
+        merged["left_unchecked"] += [f"draws from {start:,}: {why}" for why in _left_unchecked(c)]
         merged["first_violation"] = merged["first_violation"] or c.get("first_violation")
         if c.get("drafter_settings") is not None:
             between.note_settings(start, c["drafter_settings"])
@@ -114,16 +175,21 @@ def merge_contracts(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
         firsts += [between.first_carry_over.to_dict()] if between.first_carry_over else []
         merged.update(drafter_settings=between.drafter_settings, carried_over=between.carried_over + within,
                       first_carry_over=min(firsts, key=lambda v: v["request"], default=None))
+    if not parts or (merged["requests"] == 0 and not merged["left_unchecked"]):
+        merged["left_unchecked"].append("no request was replayed")
+    merged["status"] = contract_status(merged["violations"], merged["left_unchecked"])
     return merged
 
 
-def _requests(reader: TraceReader) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+def _requests(reader: TraceReader, result: ContractResult | None = None) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     # Records of one request are contiguous except drafter records, which carry the request id too.
     current: int | None = None
     batch: list[dict[str, Any]] = []
     for rec in reader:
         rid = rec.get("req")
         if rid is None:
+            if result is not None and rec.get("type") in CALL_TYPES:  # a call no request claims: unchecked
+                result.unattributed += 1
             continue
         if rid != current and batch:
             yield current, batch
@@ -149,18 +215,15 @@ def replay_trace(path: str, *, allow_torn_tail: bool = True) -> ContractResult:
     context = None
     if hasattr(module, "replay_context"):
         context, result.unchecked = module.replay_context(reader.header)
-    for rid, records in _requests(reader):
+    for rid, records in _requests(reader, result):
         result.requests += 1
-        result.calls += sum(1 for r in records if r["type"] in ("processor", "stop_check", "sample", "step"))
+        result.calls += sum(1 for r in records if r["type"] in CALL_TYPES)
         found = module.check_request(records, config, context) if context is not None else \
             module.check_request(records, config)
         settings = next((r["settings"] for r in records if r["type"] == "draft" and "settings" in r), None)
         if settings is not None:
             result.note_settings(rid, settings)
-        for v in found:
-            result.violations += 1
-            result.violating_requests.add(rid)
-            result.first_per_request.setdefault(rid, v)
+        result.add(rid, found)
     if reader.torn_tail is not None:
         result.torn_tail = f"byte {reader.torn_tail.offset}: {reader.torn_tail.reason}"
     return result

@@ -88,18 +88,24 @@ def activate() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--" not in argv:
-        print("usage: badc-trace [--out FILE] [--level counts|calls|full] -- COMMAND ...", file=sys.stderr)
-        return 2
-    split = argv.index("--")
-    ap = argparse.ArgumentParser(prog="badc-trace", description=__doc__.splitlines()[0])
+    split = argv.index("--") if "--" in argv else len(argv)
+    ap = argparse.ArgumentParser(
+        prog="badc-trace", usage="badc-trace [--out FILE] [--level counts|calls|full] -- COMMAND ...",
+        description="Run an unmodified program with every supported engine (transformers, llama-cpp-python, "
+                    "vLLM) probed from import time on, and write what each drafter call, processor callback, cache "
+                    "crop and stop check saw to a trace. Check it with `badc replay FILE`.",
+        epilog="Each process that records writes its own trace: the first FILE, the others FILE with their process "
+               "id before the suffix. The exit status is the program's.")
     ap.add_argument("--out", default="badc-trace.badc", help="trace file (default badc-trace.badc)")
-    ap.add_argument("--level", default="calls", choices=("counts", "calls", "full"))
+    ap.add_argument("--level", default="calls", choices=("counts", "calls", "full"),
+                    help="counts: exercise counters only; calls (default): every call's ids and state digests; "
+                         "full: also the scores each processor saw and returned (transformers' D2 replay needs it)")
+    if "--" not in argv and not {"-h", "--help"} & set(argv):
+        ap.error("give the program to run after --, e.g. badc-trace -- python script.py")
     args = ap.parse_args(argv[:split])
     command = argv[split + 1:]
     if not command:
-        print("badc-trace: no command after --", file=sys.stderr)
-        return 2
+        ap.error("give the program to run after --, e.g. badc-trace -- python script.py")
     out = os.path.abspath(args.out)
     if os.path.exists(out):
         os.remove(out)  # a new run, a new trace

@@ -70,6 +70,17 @@ def test_table_output_and_anytime_mode(tmp_path, capsys):
     (lambda d: d["configs"][1].update({"id": "NEG"}), "duplicate ids: NEG"),
     (lambda d: d["configs"][1]["predicates"].update({"allowed": "9|eos"}), "expected a list of violating"),
     (lambda d: d["configs"][0].update({"records": {"status": "complete"}}), "needs 'on' and 'off' record"),
+    # impossible counts
+    (lambda d: d["configs"][0].update({"violations": {"on": 20001}}), "configs[0].violations.on: 20001 violating"),
+    (lambda d: d["configs"][0].update({"exercise": {"proposed": 3, "accepted": 4}}), "4 draft tokens accepted of 3"),
+    (lambda d: d["configs"][0].update({"reference": {"1|eos": float("nan")}}), "configs[0].reference['1|eos']"),
+    (lambda d: d["configs"][0]["on"].update({"3|eos": 2.5}), "expected a non-negative integer, got 2.5"),
+    (lambda d: d["configs"][0].update({"records": {"status": "complete", "on": {"draws": 30000, "mismatch": 0},
+                                                   "off": {"draws": 10, "mismatch": 0}}}),
+     "configs[0].records.on.draws: 30000 draws with records in an arm of 20000"),
+    (lambda d: d["configs"][0].update({"records": {"status": "complete", "off": {"draws": 10, "mismatch": 0},
+                                                   "on": {"draws": 10, "mismatch": 1, "positions": {"1": 2}}}}),
+     "2 draws mismatch at position 1, but only 1"),
 ])
 def test_bad_input_names_the_field(tmp_path, capsys, mutate, message):
     doc = _doc()
@@ -77,6 +88,37 @@ def test_bad_input_names_the_field(tmp_path, capsys, mutate, message):
     assert main(["check", _counts_file(tmp_path, doc)]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
+
+
+def test_replay_violations_are_reported_as_the_contract_channel_not_as_d(tmp_path, capsys):
+    # Equal laws with replay violations in 10% of on-arm draws: a lossless returned law is not rejected,
+    # and the broken contract is said beside it (the issue's counts file: it used to FAIL with D 0.0968).
+    doc = _doc()
+    neg = doc["configs"][0]
+    neg["violations"] = {"on": 2000, "off": 0}
+    doc["configs"][1]["violations"] = {"on": 0, "off": 0}
+    assert main(["check", _counts_file(tmp_path, doc), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["configs"][0]["decision"] == "NOT_REJECTED" and out["configs"][0]["D"] < 0.01
+    assert out["configs"][0]["contract"]["status"] == "broken"
+    assert out["configs"][1]["contract"]["status"] == "held"
+    del doc["configs"][1]["violations"]
+    assert main(["check", _counts_file(tmp_path, doc)]) == 0
+    text = capsys.readouterr().out
+    assert "contract BROKEN: 2,000 of 20,000 on-arm requests" in text and "returned-output law was not rejected" in text
+    assert "PROBE: FAILS" in text and "contract UNCHECKED: no trace replay" in text
+
+
+def test_bounds_refuse_impossible_counts_and_never_return_nan():
+    from badc_check.bounds import BoundError, cp_lower, cp_upper, cs_lower
+
+    with pytest.raises(BoundError, match="impossible counts: 5 events in 4 draws"):
+        cp_lower(5, 4, 0.01)
+    with pytest.raises(BoundError, match="impossible counts"):
+        cp_upper(np.array([1, -1]), 10, 0.01)
+    with pytest.raises(BoundError, match="tail"):
+        cs_lower(1, 10, float("nan"))
+    assert cp_lower(0, 0, 0.01) == 0 and cp_upper(0, 0, 0.01) == 1  # an empty arm: trivial, but said so
 
 
 def test_unreadable_files(tmp_path, capsys):

@@ -6,7 +6,7 @@ import pytest
 from badc_check.channels import RecordArm, find_witnesses
 from badc_check.comparator import permutation_chi2
 from badc_check.confirmation import confirm_repair
-from badc_check.decide import FAILS, INCONCLUSIVE, NOT_REJECTED, VOID, Arm, Config, decide
+from badc_check.decide import FAILS, INCONCLUSIVE, NOT_REJECTED, VOID, Arm, Config, contract_lines, decide
 from badc_check.events import EventFamily
 from badc_check.marginals import marginal_tv_bounds, union_count
 from tests.lawgen import random_law, sample, shifted_law
@@ -27,6 +27,29 @@ def test_equal_laws_not_rejected_and_planted_difference_fails():
     on, off = arms(shifted_law(P, 0.1), P, 20000)
     d = decide(Config("shifted", on, off, reference=P))
     assert d.decision == FAILS and d.eligible and 0.01 < d.D < 0.1
+
+
+def test_replay_violations_are_the_contract_channel_never_an_event_of_d():
+    # The case: equal returned laws, trace replay flags 10% of on-arm draws. A lossless returned
+    # law is not rejected; the broken contract is reported beside it, and D stays a bound on returned outputs.
+    on, off = arms(P, P, 20000)
+    contract = {"status": "broken", "requests": 20000, "violating_requests": 2000, "violations": 2000,
+                "calls": 90000, "by_class": {"D1": {"calls": 2000, "requests": 2000}}, "left_unchecked": []}
+    d = decide(Config("lossless", Arm(on.outcomes, 2000, 1000, 300), off, reference=P, contract=contract))
+    assert d.decision == NOT_REJECTED and d.D < 0.01 and not d.eligible
+    assert d.to_dict()["contract"]["status"] == "broken" and "D_returned" not in d.to_dict()
+    plain = decide(Config("same", on, off, reference=P))
+    assert d.D == plain.D and d.channel_s.argmax == plain.channel_s.argmax
+    lines = contract_lines(d.contract, d.decision)
+    assert "BROKEN" in lines[0] and "not rejected" in lines[0] and "D1 2,000 calls" in lines[0]
+    assert contract_lines(None, NOT_REJECTED) == ["contract UNCHECKED: no trace replay of the on arm"]
+    # A planted predicate violation is an outcome: it enters the contract-violation event.
+    bad = {**on.outcomes, "9|eos": 600}
+    cfg = Config("pred", Arm(bad, proposed=10), off, reference=P, predicates={"vocab": {"9|eos"}})
+    w = decide(cfg)
+    i = cfg.family().index["contract-violation"]
+    assert cfg.family().counts(bad)[i] == 600 and w.witnesses.count == 600
+    assert w.channel_s.lower_on[i] - w.channel_s.upper_off[i] > 0.01 and w.decision == FAILS and w.eligible
 
 
 def test_witness_rules():

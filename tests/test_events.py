@@ -21,16 +21,25 @@ def test_family_has_every_event_kind_and_its_complement():
 
 
 def test_counts_are_complement_closed_and_unknown_outcomes_fall_in_other():
-    fam = EventFamily.build(P, {"H": MU})
-    counts = fam.counts({"3 4|length": 5, "3|eos": 2, "9 9|length": 3, "|crash": 1}, violations=2)
+    fam = EventFamily.build(P, {"H": MU}, violates=lambda y: y.startswith("9"))
+    counts = fam.counts({"3 4|length": 5, "3|eos": 2, "9 9|length": 3, "|crash": 1})
     nb = len(fam.base)
     assert (counts[:nb] + counts[nb:] == 11).all()
     c = dict(zip([e.id for e in fam.events], counts, strict=True))
-    assert c["OTHER"] == 3 and c["crash"] == 1 and c["contract-violation"] == 2
+    # The contract-violation event is a set of returned outputs: those violating a registered predicate.
+    assert c["OTHER"] == 3 and c["crash"] == 1 and c["contract-violation"] == 3
     assert c["prefix=3"] == 7 and "prefix=9" not in c  # events are fixed before the draws
     assert c["len=2"] == 8 and c["code=length"] == 8 and c["A_H(H)"] == 0
     # Crashes belong to the crash event and to complements only.
     assert c["not OTHER"] == 8 and c["len=0"] == 0
+
+
+def test_the_contract_violation_event_is_empty_without_predicates_and_has_a_probability_under_a_law():
+    fam = EventFamily.build(P, {"H": MU})
+    assert fam.counts({"3|eos": 4, "9|eos": 2})[fam.index["contract-violation"]] == 0
+    fam = EventFamily.build(P, {"H": MU}, violates=lambda y: y == "5|eos")
+    assert fam.probabilities(MU)[fam.index["contract-violation"]] == 0.1
+    assert fam.probabilities(P)[fam.index["contract-violation"]] == 0
 
 
 def test_hypothesis_event_is_where_mu_h_exceeds_p():

@@ -1,5 +1,7 @@
 """`badc replay TRACE` on hand-made llama_cpp traces: the contract check itself, without an engine."""
 
+import json
+
 from badc_check.cli import main
 from badc_trace.format import TraceWriter
 
@@ -44,3 +46,60 @@ def test_corrupt_trace_is_a_clear_error(tmp_path, capsys):
     assert main(["replay", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "byte 0" in err and "Traceback" not in err
+
+
+def test_a_trace_with_no_request_exits_3_saying_so(tmp_path, capsys):
+    path = tmp_path / "empty.badc"
+    with TraceWriter(str(path), engine="llama_cpp", build="0.3.36", config={"id": "T"}):
+        pass
+    assert main(["replay", str(path)]) == 3
+    out, err = capsys.readouterr()
+    assert "contract unchecked" in out and "UNCHECKED: no request in the trace" in err
+
+
+def test_a_torn_tail_that_lost_requests_exits_3_also_with_json(tmp_path, capsys):
+    path = tmp_path / "torn.badc"
+    _trace(path, PROMPT + [5], PROMPT + [6])
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.truncate(size - 5)  # the writer died inside its last frame
+    assert main(["replay", str(path)]) == 3
+    assert "torn tail at byte" in capsys.readouterr().err
+    assert main(["replay", str(path), "--json"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "unchecked" and out["left_unchecked"]
+
+
+def test_calls_that_name_no_request_are_unchecked_and_a_violation_still_wins(tmp_path, capsys):
+    path = tmp_path / "orphan.badc"
+    with TraceWriter(str(path), engine="llama_cpp", build="0.3.36", config={"id": "T"}) as w:
+        w.write({"type": "processor", "proc": 0, "name": "P", "ids": PROMPT, "logical_len": 10,
+                 "n_tokens": 10, "role": "verify", "state": "x"})
+    assert main(["replay", str(path)]) == 3
+    assert "1 record(s) name no request" in capsys.readouterr().err
+    bad = _trace(tmp_path / "d1.badc", PROMPT + [5, 6, 3])
+    assert main(["replay", bad, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["by_class"] == {"D1": {"calls": 1, "requests": 1}}
+
+
+def test_an_arms_contract_merged_from_shards_is_held_only_when_every_shard_was_checked_in_full():
+    from badc_replay.contract import merge_contracts
+
+    held = {"status": "held", "calls": 9, "violations": 0, "requests": 3, "violating_requests": 0,
+            "by_class": {}, "first_violation": None, "left_unchecked": []}
+    broken = {**held, "status": "broken", "violations": 2, "violating_requests": 1,
+              "by_class": {"D2": {"calls": 2, "requests": 1}}, "first_violation": {"request": 4, "message": "m"}}
+    assert merge_contracts([(0, held), (3, held)])["status"] == "held"
+    both = merge_contracts([(0, held), (3, broken), (6, broken)])
+    assert both["status"] == "broken" and both["by_class"] == {"D2": {"calls": 4, "requests": 2}}
+    assert both["requests"] == 9 and both["first_violation"]["request"] == 4
+    lost = merge_contracts([(0, held), (3, {})])  # a shard that was not replayed (level counts)
+    assert lost["status"] == "unchecked" and lost["left_unchecked"] == ["the shard from draw 3 was not replayed"]
+    assert merge_contracts([])["status"] == "unchecked"
+    # Shards written before `left_unchecked` existed: their `unchecked` and `torn_tail` still count.
+    old = {k: v for k, v in held.items() if k not in ("status", "left_unchecked", "by_class")}
+    assert merge_contracts([(0, old)])["status"] == "held"
+    torn = merge_contracts([(0, {**old, "torn_tail": "byte 9: truncated frame"})])
+    assert torn["status"] == "unchecked" and "torn tail at byte 9" in torn["left_unchecked"][0]
+    part = merge_contracts([(0, {**old, "unchecked": "D2 and D3 not checked: no engine here"})])
+    assert part["status"] == "unchecked" and "D2 and D3 not checked" in part["left_unchecked"][0]

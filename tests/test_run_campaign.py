@@ -136,6 +136,32 @@ def test_a_config_is_decided_from_its_on_and_off_arms_while_its_repair_arms_are_
     assert early.decision.to_dict()["contract"] == par["contract"]
 
 
+def test_anytime_stops_a_strong_failure_at_an_early_look_and_decides_as_fixed_n(tmp_path):
+    text = CAMPAIGN.format(other="sglang").replace("draws = 1500", "draws = 2000")
+    path = _write(tmp_path, text)
+    fixed = run_campaign(load_campaign(path), tmp_path / "fixed", workers=2, **QUIET)
+    camp = load_campaign(path, anytime=True)
+    assert camp.seal()["seal"] != load_campaign(path).seal()["seal"]  # the stopping rule is sealed
+    out = tmp_path / "anytime"
+    report = run_campaign(camp, out, workers=2, **QUIET)
+    by_id = {c["id"]: c for c in report["configs"]}
+    assert [lk["draws"] for lk in report["anytime"]] == [1000, 2000]
+    # Parity's witnesses decide it at the first look: 1,000 draws per arm, and no later shard was drawn.
+    assert by_id["PAR"]["decision"] == "FAILS" and by_id["PAR"]["eligible"]
+    assert by_id["PAR"]["anytime"] == {"look": 1, "of": 2, "draws": 1000, "spend": 0.5}
+    assert by_id["PAR"]["draws"] == {"on": 1000, "off": 1000}
+    assert sorted(p.name for p in (out / "shards" / "PAR").glob("*.json")) == [
+        "off-0.json", "off-500.json", "on-0.json", "on-500.json"]
+    # NOT_REJECTED only at the last look, on every draw.
+    assert by_id["NEG"]["decision"] == "NOT_REJECTED" and by_id["NEG"]["draws"] == {"on": 2000, "off": 2000}
+    assert by_id["NEG"]["anytime"]["look"] == 2
+    assert {c["id"]: c["decision"] for c in fixed["configs"]} == {c["id"]: c["decision"] for c in report["configs"]}
+    assert "decided at look 1 of 2" in (out / "report.md").read_text()
+    # A rerun reuses the looks' shards and gives the same decisions.
+    again = run_campaign(camp, out, workers=1, **QUIET)
+    assert [c["decision"] for c in again["configs"]] == [c["decision"] for c in report["configs"]]
+
+
 def test_merging_refuses_shards_that_overlap_or_leave_a_gap():
     from badc_check.campaign import merge_shards
 

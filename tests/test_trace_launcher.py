@@ -44,9 +44,11 @@ def test_badc_trace_instruments_an_unmodified_program(tmp_path, capsys):
     assert res["requests"] == 40 and res["violations"] > 0 and res["first_violation"]["kind"] == "D1"
 
 
-def test_badc_trace_usage_errors():
+def test_badc_trace_usage_errors_and_help():
     proc = subprocess.run([sys.executable, "-m", "badc_trace.launcher", "python"], capture_output=True, text=True)
-    assert proc.returncode == 2 and "usage" in proc.stderr
+    assert proc.returncode == 2 and "usage" in proc.stderr and "after --" in proc.stderr
+    helped = subprocess.run([sys.executable, "-m", "badc_trace.launcher", "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and "--level" in helped.stdout and "badc replay" in helped.stdout
 
 
 def test_diff_names_the_first_diverging_call(tmp_path, capsys):

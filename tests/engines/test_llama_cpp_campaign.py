@@ -90,7 +90,7 @@ def test_min_tokens_fails_through_the_bound(tmp_path):
     d = decide(Config("LCP-2", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
                       reference=law["reference"], hypothesis=(law["hypothesis"]["id"], law["hypothesis"]["law"])))
     assert d.decision == FAILS and d.witnesses.count == 0
-    assert d.channel_s.D_returned > 0.01 and d.eligible and d.hypothesis.compatible
+    assert d.D > 0.01 and d.eligible and d.hypothesis.compatible
 
 
 def test_probe_records_calls_and_uninstrument_restores_everything(tmp_path):

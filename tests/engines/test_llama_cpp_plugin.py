@@ -1,4 +1,5 @@
-"""The pytest plugin in an engine's own test suite: a marked test fails on FAILS, passes otherwise."""
+"""The pytest plugin in an engine's own test suite: a marked test fails on FAILS or a broken contract,
+passes otherwise."""
 
 import textwrap
 
@@ -32,6 +33,10 @@ TESTS = textwrap.dedent("""
     def test_fixture(badc):
         report = badc.run("neg.toml", draws=500)
         assert report["configs"][0]["decision"] == "NOT_REJECTED"
+
+    @pytest.mark.badc_campaign("stop.toml")
+    def test_stop_recheck_breaks_the_contract():
+        pass
 """)
 
 
@@ -39,8 +44,11 @@ def test_plugin_marker_and_fixture(tmp_path):
     proc = run_suite(tmp_path, {
         "neg.toml": CAMPAIGN.format(name="neg", cid="N", extra='role = "negative-control"'),
         "par.toml": CAMPAIGN.format(name="par", cid="P", extra='processors = [{ name = "parity" }]'),
+        "stop.toml": CAMPAIGN.format(name="stop", cid="S", extra='stopping = [{ name = "last_id", token = 6 }]'),
         "test_engine.py": TESTS,
     })
     out = proc.stdout
-    assert proc.returncode == 1 and "1 failed, 2 passed" in out, out[-3000:]
+    assert proc.returncode == 1 and "2 failed, 2 passed" in out, out[-3000:]
     assert "test_parity_fails" in out and "FAILS" in out and "unverified drafts" in out
+    # LCP-3's shape: its returned law is not rejected on 1,000 draws, but the stop re-check read drafts.
+    assert "S (llama_cpp 0.3.36): NOT_REJECTED, contract broken" in out and "D3" in out, out[-3000:]

@@ -31,15 +31,17 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("BADC_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
-def test_calibration_against_20000_off_draws():
+def test_calibration_against_10000_off_draws():
+    # 10,000 off draws (20,000 until 2026-12-01, halved for CI time): every event's L_off(A) must stay
+    # within P(A) + 0.005; an adapter that mis-mirrors a processor moves some event by far more.
     c = cfg(id="cal")
     ref = tf.reference_law(c)
     assert abs(sum(ref.law.values()) - 1) < 1e-9 and len(ref.law) > 100
-    off = tf.collect(c, "off", 20_000, 7)
-    on = tf.collect(c, "on", 2_000, 7)
+    off = tf.collect(c, "off", 10_000, 7)
+    on = tf.collect(c, "on", 1_000, 7)
     d = decide(Config(c.id, Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref.law))
     assert d.calibration.passed is True and d.calibration.worst_excess <= 0.005
-    assert d.decision == NOT_REJECTED and on.proposed > 1000 and on.accepted > 0 and off.proposed == 0
+    assert d.decision == NOT_REJECTED and on.proposed > 500 and on.accepted > 0 and off.proposed == 0
 
 
 @pytest.mark.parametrize("generation", [{}, {"guidance_scale": 1.5}, {"stop_strings": ["cd"]},
@@ -79,11 +81,12 @@ def test_guidance_fails_compatible_with_its_hypothesis_and_the_repair_confirms(t
                      repair="transformers/stateful-replay")
     d = decide(Config("HF-6", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
                       reference=law["reference"], hypothesis=(law["hypothesis"]["id"], law["hypothesis"]["law"])))
-    assert d.decision == FAILS and d.eligible and d.channel_s.D_returned > 0.05
+    assert d.decision == FAILS and d.eligible and d.D > 0.05
     assert d.calibration.passed
     first = on.contract["first_violation"]
     assert first["kind"] == "D2" and "UnbatchedClassifierFreeGuidanceLogitsProcessor" in first["what"]
     assert on.violations == 1000 and off.violations == 0 and on.contract["unchecked"] is None
+    assert on.contract["status"] == "broken" and off.contract["status"] == "held"  # every request checked
     if VERSION == "5.12.0":
         # 5.12 also returns more than L tokens, its own defect: H-D2-cfg, written from 5.17's schedule,
         # gives those outputs no mass, and the repair of the processor state leaves them (D3).

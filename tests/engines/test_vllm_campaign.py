@@ -98,7 +98,7 @@ def test_plain_sampling_fails_and_the_repair_removes_it(tmp_path):
     d = decide(Config("VLLM-1", Arm(on["outcomes"], on["violations"], on["proposed"]),
                       Arm(off["outcomes"], off["violations"]), reference=ref))
     assert d.decision == FAILS and d.eligible and d.calibration.passed
-    assert d.channel_s.D_returned > 0.01  # the returned outputs differ, not only the contract event
+    assert d.D > 0.01 and on["contract"]["status"] == "broken"  # D is on returned outputs only
     first = on["contract"]["first_violation"]
     assert first["kind"] == "D2" and "draft row" in first["what"] and first["expected"] == {"temperature": 1.0}
     assert on["violations"] > 1000 and off["violations"] == 0
