@@ -8,7 +8,7 @@ repair result (the report lists the config only once every arm is done). Used as
 import sys
 from pathlib import Path
 
-from badc_check.campaign import decide_from_folder, load_campaign, plan
+from badc_check.campaign import decide_from_folder, discovery_jobs, load_campaign
 
 OUT = Path(__file__).parent / "campaign-200000"
 CAMPAIGN = Path(__file__).parents[2] / "campaigns" / "transformers.toml"
@@ -19,21 +19,21 @@ def main(cid: str) -> None:
     config = next((c for c in campaign.configs if c["id"] == cid), None)
     if config is None:
         sys.exit(f"{cid}: not a config of {CAMPAIGN}")
-    jobs = plan(campaign, config)
-    missing = [j.label for j in jobs if j.arm in ("", "on", "off") and not j.output(OUT).exists()]
+    jobs = discovery_jobs(campaign, config)
+    missing = [j.label for j in jobs if not j.output(OUT).exists()]
     if missing:
         sys.exit(f"{cid}: {len(missing)} on/off job(s) not done in {OUT} (first: {missing[0]})")
-    m = len(campaign.configs)
-    d = decide_from_folder(config, jobs, OUT, campaign, m, arms=("on", "off")).decision.to_dict()
+    m = campaign.m
+    d = decide_from_folder(config, jobs, OUT, campaign, m).decision.to_dict()
     print(f"{cid}: {d['decision']}, {'eligible' if d['eligible'] else 'not eligible'} (m = {m}, "
           "repair confirmation not included)")
-    print(f"  D {d['D']:.4f}, returned {d['D_returned']:.4f}, crash-free {d['D_crash_free']:.4f}, "
+    print(f"  D {d['D']:.4f} (returned outputs), crash-free {d['D_crash_free']:.4f}, "
           f"crashes {d['crashes']}")
     print(f"  exercise {d['exercise']}, calibration {d['calibration']}")
     print(f"  hypothesis {d['hypothesis']}")
     c = d.get("contract")
     if c:  # a config whose arms replayed no calls has none
-        print(f"  contract: {c['violations']:,} violating calls of {c['calls']:,}, "
+        print(f"  contract {c['status']}: {c['violations']:,} violating calls of {c['calls']:,}, "
               f"in {c['violating_requests']:,} of {c['requests']:,} requests")
 
 
