@@ -665,23 +665,19 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                 if left and not partial and cid in chosen else None)
 
     m = campaign.m
-    if only is not None and not partial:
-        if not interrupted_before:  # this run was not cut off; an earlier one's mark stays for the final report
-            marker.unlink(missing_ok=True)
-        incomplete = any(missing(jobs) for jobs in plans.values())
-        if campaign.anytime:  # a config decided at an early look needs none of its later shards
-            incomplete = any(anytime_decision(jobs[0].config, jobs, out, campaign, m) is None
-                             for jobs in plans.values())
-    found: dict[str, FolderDecision] = {}
-    states: dict[str, ConfigDecision | str | None] = {cid: r["decision"] for cid, r in results.items()}
-    for cid, jobs in plans.items():
+    found: dict[str, FolderDecision] = {}  # discovery decisions (anytime: a config decided at an early look
+    for cid, jobs in plans.items():        # needs none of its later shards)
         got = anytime_decision(jobs[0].config, jobs, out, campaign, m) if campaign.anytime else \
             None if missing(jobs) else decide_from_folder(jobs[0].config, jobs, out, campaign, m)
         if got is not None:
             found[cid] = got
-            states[cid] = got.decision
-        else:
-            states[cid] = None if incomplete else INCONCLUSIVE
+    if only is not None and not partial:
+        if not interrupted_before:  # this run was not cut off; an earlier one's mark stays for the final report
+            marker.unlink(missing_ok=True)
+        incomplete = len(found) < len(plans)
+    states: dict[str, ConfigDecision | str | None] = {cid: r["decision"] for cid, r in results.items()}
+    states.update({cid: found[cid].decision if cid in found else None if incomplete else INCONCLUSIVE
+                   for cid in plans})
     selection = select_confirmations(campaign.configs, states)
     confirm = {cid: confirmation_jobs(campaign, plans[cid][0].config) for cid in selection.attempts}
     confirm = {cid: jobs for cid, jobs in confirm.items() if jobs}
