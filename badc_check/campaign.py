@@ -69,7 +69,7 @@ class Campaign:
     configs: list[dict[str, Any]]
     shard: int = SHARD  # draws per job: changes how work is spread, never the draws or their seeds
     family_m: int | None = None  # the study's multiplicity family when it is larger than this roster
-    anytime: bool = False  # stop a config at its first planned look that decides FAILS or VOID (looks.py)
+    anytime: bool = False  # stop a config at its first planned look with an eligible FAILS or VOID (looks.py)
 
     @property
     def m(self) -> int:

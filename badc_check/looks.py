@@ -5,8 +5,9 @@ n/2, n (halving while the prefix keeps at least MIN_FIRST draws), never at which
 finish first. Look k may use the share w_k of each config's budget, the last look 1/2 and each earlier
 one 1/(2(K-1)), so every bound of every look (channels S and R, calibration, compatibility) holds
 jointly with probability at least 1 - alpha by a union bound over the looks, whatever the dependence
-between them. A config stops at its first look whose decision is FAILS or VOID (each holds at that
-look's level); NOT_REJECTED is said only at the last look, on all n draws. The price at the planned n
+between them. A config stops at its first look whose decision is VOID or a FAILS with eligible
+evidence (each holds at that look's level; a FAILS without eligible evidence goes on, since more draws
+can make it eligible); NOT_REJECTED is said only at the last look, on all n draws. The price at the planned n
 is a Clopper-Pearson bound at half the tail (BENCHMARKS.md has the width ratio).
 """
 
