@@ -28,10 +28,11 @@ class Build:
     uninstall: tuple[str, ...] = ()
     note: str = ""
     disk_gb: float = 0.0  # installed size, checked against free space before setting up
+    main: bool = False  # runs in the main environment (.venv): an engine shipped with badc (toy)
 
     @property
     def venv(self) -> Path:
-        return repo_root() / ".venvs" / self.name
+        return repo_root() / (".venv" if self.main else f".venvs/{self.name}")
 
     @property
     def python(self) -> Path:
@@ -49,7 +50,7 @@ def load_builds(path: Path = BUILDS_FILE) -> dict[str, Build]:
         name: Build(name=name, engine=b["engine"], version=b["version"],
                     requirements=tuple(b["requirements"]), default=b.get("default", False),
                     build_env=dict(b.get("build_env", {})), uninstall=tuple(b.get("uninstall", ())),
-                    note=b.get("note", ""), disk_gb=float(b.get("disk_gb", 0.0)))
+                    note=b.get("note", ""), disk_gb=float(b.get("disk_gb", 0.0)), main=bool(b.get("main", False)))
         for name, b in table.items()
     }
 

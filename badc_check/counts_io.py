@@ -9,9 +9,12 @@ from typing import Any
 
 from badc_check.channels import RecordArm
 from badc_check.decide import Arm, Config
+from badc_replay.engine import nearest
 from badc_trace.outcomes import OutcomeError, parse_outcome
 
 RECORD_STATUSES = ("complete", "incomplete", "not_returned")
+CONFIG_KEYS = ("id", "engine", "build", "role", "on", "off", "reference", "predicates", "exercise", "violations",
+               "hypothesis", "records", "support")
 ROLES = ("probe", "negative-control", "positive-control")
 
 
@@ -31,6 +34,14 @@ class _Reader:
     def obj(self, v: Any, where: str) -> dict:
         if not isinstance(v, dict):
             raise self.fail(where, f"expected an object, got {type(v).__name__}")
+        return v
+
+    def keys(self, v: dict, where: str, valid: tuple[str, ...]) -> dict:
+        """Refuse an unknown or misspelled key, naming the nearest valid one."""
+        for key in v:
+            if key not in valid:
+                raise self.fail(f"{where}.{key}" if where != "top level" else key,
+                                f"unknown key {key!r} ({nearest(key, valid)})")
         return v
 
     def int(self, v: Any, where: str) -> int:
@@ -63,7 +74,7 @@ class _Reader:
         return law
 
     def records(self, v: Any, where: str) -> RecordArm:
-        v = self.obj(v, where)
+        v = self.keys(self.obj(v, where), where, ("draws", "mismatch", "positions"))
         draws = self.int(v.get("draws"), f"{where}.draws")
         mismatch = self.int(v.get("mismatch"), f"{where}.mismatch")
         positions = {}
@@ -81,7 +92,7 @@ class _Reader:
         return RecordArm(draws, mismatch, positions)
 
     def config(self, c: Any, where: str) -> Config:
-        c = self.obj(c, where)
+        c = self.keys(self.obj(c, where), where, CONFIG_KEYS)
         cid = c.get("id")
         if not isinstance(cid, str) or not cid:
             raise self.fail(f"{where}.id", "expected a non-empty string")
@@ -96,12 +107,13 @@ class _Reader:
                 raise self.fail(f"{where}.predicates[{name!r}]", "expected a list of violating outcomes")
             predicates[name] = frozenset(self.outcome(y, f"{where}.predicates[{name!r}]") for y in ys)
         n_on, n_off = sum(on.values()), sum(off.values())
-        ex = self.obj(c.get("exercise", {}), f"{where}.exercise")
+        ex = self.keys(self.obj(c.get("exercise", {}), f"{where}.exercise"), f"{where}.exercise",
+                       ("proposed", "accepted"))
         proposed = self.int(ex["proposed"], f"{where}.exercise.proposed") if "proposed" in ex else None
         accepted = self.int(ex["accepted"], f"{where}.exercise.accepted") if "accepted" in ex else None
         if proposed is not None and accepted is not None and accepted > proposed:
             raise self.fail(f"{where}.exercise.accepted", f"{accepted} draft tokens accepted of {proposed} proposed")
-        vio = self.obj(c.get("violations", {}), f"{where}.violations")
+        vio = self.keys(self.obj(c.get("violations", {}), f"{where}.violations"), f"{where}.violations", ("on", "off"))
         v_on = self.int(vio.get("on", 0), f"{where}.violations.on")
         v_off = self.int(vio.get("off", 0), f"{where}.violations.off")
         for arm, v, n in (("on", v_on, n_on), ("off", v_off, n_off)):
@@ -113,11 +125,12 @@ class _Reader:
             "off": {"status": "broken" if v_off else "held", "requests": n_off, "violating_requests": v_off}}
         hyp = None
         if c.get("hypothesis") is not None:
-            h = self.obj(c["hypothesis"], f"{where}.hypothesis")
+            h = self.keys(self.obj(c["hypothesis"], f"{where}.hypothesis"), f"{where}.hypothesis", ("id", "law"))
             if not isinstance(h.get("id"), str):
                 raise self.fail(f"{where}.hypothesis.id", "expected a string")
             hyp = (h["id"], self.law(h.get("law"), f"{where}.hypothesis.law"))
-        rec = self.obj(c.get("records", {}), f"{where}.records")
+        rec = self.keys(self.obj(c.get("records", {}), f"{where}.records"), f"{where}.records",
+                        ("status", "on", "off"))
         status = rec.get("status", "not_returned")
         if status not in RECORD_STATUSES:
             raise self.fail(f"{where}.records.status", f"expected one of {', '.join(RECORD_STATUSES)}")
@@ -154,7 +167,7 @@ def load_counts(path: str | Path) -> tuple[dict[str, Any], list[Config]]:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         where = f"line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else "file"
         raise CountsError(path, where, f"not valid JSON: {e}") from None
-    doc = r.obj(doc, "top level")
+    doc = r.keys(r.obj(doc, "top level"), "top level", ("alpha", "threshold", "m", "configs"))
     alpha = r.prob(doc.get("alpha", 0.05), "alpha", positive=True)
     threshold = r.prob(doc.get("threshold", 0.01), "threshold")
     configs_raw = doc.get("configs")

@@ -1,7 +1,7 @@
 """Contract replay of a trace: which call, which prefix, what was expected, what was seen.
 
-Each engine module of badc_replay provides `check_request(records, config) -> list[Violation]`,
-applied to the records of one request in trace order. `replay_trace` streams a trace file, groups
+Each engine (badc_replay/engine.py) provides `check_request(records, config, context) ->
+list[Violation]`, applied to the records of one request in trace order. `replay_trace` streams a trace file, groups
 records by request and reports every violation and the first one per request. Where a probe records
 the drafter's settings at each request's first drafter call, it also reports requests whose drafter
 did not start as the first request's did: state carried over between draws.
@@ -14,7 +14,6 @@ requests, no request at all, or records that name no request). `held` is never s
 
 from __future__ import annotations
 
-import importlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 from badc_trace.format import TraceReader, read_trace
 
 BROKEN, HELD, UNCHECKED = "broken", "held", "unchecked"
-CALL_TYPES = ("processor", "stop_check", "sample", "step")  # records that are calls of the contract
+CALL_TYPES = ("processor", "stop_check", "sample", "step")  # record types that are calls, unless an engine says
 
 
 def contract_status(violations: int, left_unchecked: list[str]) -> str:
@@ -181,14 +180,15 @@ def merge_contracts(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     return merged
 
 
-def _requests(reader: TraceReader, result: ContractResult | None = None) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+def _requests(reader: TraceReader, result: ContractResult | None = None,
+              call_types: tuple[str, ...] = CALL_TYPES) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     # Records of one request are contiguous except drafter records, which carry the request id too.
     current: int | None = None
     batch: list[dict[str, Any]] = []
     for rec in reader:
         rid = rec.get("req")
         if rid is None:
-            if result is not None and rec.get("type") in CALL_TYPES:  # a call no request claims: unchecked
+            if result is not None and rec.get("type") in call_types:  # a call no request claims: unchecked
                 result.unattributed += 1
             continue
         if rid != current and batch:
@@ -202,24 +202,23 @@ def _requests(reader: TraceReader, result: ContractResult | None = None) -> Iter
 
 def replay_trace(path: str, *, allow_torn_tail: bool = True) -> ContractResult:
     """Check every request of a trace against the engine's contract (streaming, constant memory)."""
+    from badc_replay.registry import UnknownEngineError, get_engine  # the registry imports this module
+
     reader = read_trace(path, allow_torn_tail=allow_torn_tail)
-    engine = reader.header["engine"]
+    name = reader.header["engine"]
     try:
-        module = importlib.import_module(f"badc_replay.engines.{engine}")
-    except ModuleNotFoundError:
-        raise ValueError(f"{path}: no contract replay for engine {engine!r}") from None
+        engine = get_engine(name)
+    except UnknownEngineError as e:
+        raise ValueError(f"{path}: no contract replay: {e}") from None
     config = reader.header.get("config", {})
-    result = ContractResult(engine)
-    # Parts of a contract that need the engine itself (transformers' D2/D3 replay fresh processors)
-    # come with a context the engine module builds when it can run here.
-    context = None
-    if hasattr(module, "replay_context"):
-        context, result.unchecked = module.replay_context(reader.header)
-    for rid, records in _requests(reader, result):
+    result = ContractResult(name)
+    # Parts of a contract that need the engine itself (a kernel that replays fresh processors) come
+    # with a context the engine builds when it can run here, or a reason why they cannot be checked.
+    context, result.unchecked = engine.replay_context(reader.header)
+    for rid, records in _requests(reader, result, engine.call_types):
         result.requests += 1
-        result.calls += sum(1 for r in records if r["type"] in CALL_TYPES)
-        found = module.check_request(records, config, context) if context is not None else \
-            module.check_request(records, config)
+        result.calls += sum(1 for r in records if r["type"] in engine.call_types)
+        found = engine.check_request(records, config, context)
         settings = next((r["settings"] for r in records if r["type"] == "draft" and "settings" in r), None)
         if settings is not None:
             result.note_settings(rid, settings)

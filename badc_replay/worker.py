@@ -3,6 +3,9 @@
     python -m badc_replay.worker CONFIG.json --laws --out DIR
         exact laws of one configuration: P, the registered hypothesis law, the simulator check
         -> DIR/laws/ID.json
+    python -m badc_replay.worker CONFIGS.json --validate
+        engine-native keywords of a list of configs, judged by the installed engine (before a campaign
+        is sealed) -> stdout: JSON {config id: [problem, ...]}
     python -m badc_replay.worker CONFIG.json --arm ARM --start S --count N --seed SEED --out DIR
         draws S .. S+N-1 of one arm (off, on, repaired, off-confirm, on-confirm), probed and traced,
         the trace replayed against the contract -> DIR/shards/ID/ARM-S.json, DIR/traces/ID/ARM-S.badc
@@ -19,13 +22,16 @@ badc_replay/arms.py), so a kill costs at most that much of each shard in flight;
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from badc_replay.engine import TRACE_LEVELS, ConfigError, Engine
+from badc_replay.registry import UnknownEngineError, get_engine
+from badc_replay.results import Hypothesis, LawsResult, ShardResult, to_json
 
 ARMS = ("off", "on", "repaired", "off-confirm", "on-confirm")
 
@@ -37,50 +43,58 @@ def write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def engine_module(config: dict[str, Any]) -> Any:
-    engine = config["engine"]
+def engine_of(config: dict[str, Any]) -> Engine:
     try:
-        mod = importlib.import_module(f"badc_replay.engines.{engine}")
-    except ModuleNotFoundError:
-        raise NotImplementedError(f"engine {engine!r}: no campaign worker") from None
-    if not hasattr(mod, "collect"):
-        raise NotImplementedError(f"engine {engine!r}: no campaign worker yet")
-    return mod
+        return get_engine(config["engine"])
+    except UnknownEngineError as e:
+        raise NotImplementedError(str(e)) from None
+
+
+def validate(configs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Each config's problems that only the installed engine can judge (`Engine.check_native`)."""
+    out = {}
+    for config in configs:
+        engine = engine_of(config)
+        try:
+            out[config["id"]] = engine.check_native(engine.parse_config(config))
+        except ConfigError as e:
+            out[config["id"]] = e.problems
+    return out
 
 
 def laws(config: dict[str, Any], out: Path) -> dict[str, Any]:
-    mod = engine_module(config)
-    cfg = mod.config_from_dict(config)
+    engine = engine_of(config)
+    cfg = engine.parse_config(config)
     t = time.monotonic()
-    ref = mod.reference_law(cfg)
-    res: dict[str, Any] = {"id": cfg.id, "build": mod.engine_version(), "reference": ref.law,
-                           "paths": ref.paths}
-    hyp = config.get("hypothesis")
-    if hyp:
-        res["hypothesis"] = {"id": hyp, "law": mod.hypothesis_law(cfg, hyp).law}
-        res["simulator_check"] = mod.simulator_check(cfg)
-    known = set(ref.law) | set(res.get("hypothesis", {}).get("law", {}))
-    res["elapsed_s"] = round(time.monotonic() - t, 2)
-    res["support"] = len(known)
-    write_json(out / "laws" / f"{cfg.id}.json", res)
-    return res
+    ref = engine.reference_law(cfg)
+    hyp = hypothesis = check = None
+    if config.get("hypothesis"):
+        hyp = config["hypothesis"]
+        hypothesis = Hypothesis(id=hyp, law=engine.hypothesis_law(cfg, hyp).law)
+        check = engine.simulator_check(cfg)
+    res = LawsResult(id=cfg.id, build=engine.version(), reference=ref.law, paths=ref.paths,
+                     elapsed_s=round(time.monotonic() - t, 2),
+                     support=len(set(ref.law) | set(hypothesis["law"] if hypothesis else ())), hypothesis=hypothesis,
+                     simulator_check=check.value if check else None, simulator_metric=check.metric if check else None)
+    write_json(out / "laws" / f"{cfg.id}.json", to_json(res))
+    return to_json(res)
 
 
 def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, out: Path, *,
-          level: str = "calls", repair: str | None = None, progress: Any = None, seal: str = "") -> dict[str, Any]:
+          level: str | None = None, repair: str | None = None, progress: Any = None, seal: str = "") -> dict[str, Any]:
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {', '.join(ARMS)}")
-    mod = engine_module(config)
-    cfg = mod.config_from_dict(config)
+    engine = engine_of(config)
+    cfg = engine.parse_config(config)
     trace = out / "traces" / cfg.id / f"{arm}-{start}.badc"
     trace.parent.mkdir(parents=True, exist_ok=True)
     t = time.monotonic()
-    res = mod.collect(cfg, arm, count, seed, trace_path=str(trace), level=level, repair=repair, start=start,
+    res = engine.collect(cfg, arm, count, seed, trace_path=str(trace), level=level, repair=repair, start=start,
                       progress=progress, seal=seal)
-    result = {"id": cfg.id, "arm": arm, "start": start, "count": count, "outcomes": res.outcomes,
-              "proposed": res.proposed, "accepted": res.accepted, "violations": res.violations,
-              "contract": res.contract, "records": res.records, "counters": res.counters,
-              "resumed": res.resumed, "elapsed_s": round(time.monotonic() - t, 2)}
+    result = to_json(ShardResult(id=cfg.id, arm=arm, start=start, count=count, outcomes=res.outcomes,
+                                 proposed=res.proposed, accepted=res.accepted, violations=res.violations,
+                                 contract=res.contract, records=res.records, counters=res.counters,
+                                 resumed=res.resumed, elapsed_s=round(time.monotonic() - t, 2)))
     write_json(out / "shards" / cfg.id / f"{arm}-{start}.json", result)
     return result
 
@@ -88,20 +102,25 @@ def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, o
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m badc_replay.worker", description=__doc__.splitlines()[0])
     ap.add_argument("config", help="one campaign config as a JSON file")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="the campaign folder (not with --validate)")
     ap.add_argument("--laws", action="store_true", help="compute the exact laws")
+    ap.add_argument("--validate", action="store_true", help="check engine-native keywords of a list of configs")
     ap.add_argument("--arm", choices=ARMS)
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--count", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--level", default="calls", choices=("counts", "calls", "full"))
+    ap.add_argument("--level", default=None, choices=TRACE_LEVELS, help="default: the engine's trace level")
     ap.add_argument("--repair", default=None)
     ap.add_argument("--seal", default="", help="the campaign seal, written into each trace header")
     args = ap.parse_args(argv)
     config = json.loads(Path(args.config).read_text())
-    out = Path(args.out)
+    if not args.validate and not args.out:
+        ap.error("--out is required")
+    out = Path(args.out or ".")
     try:
-        if args.laws:
+        if args.validate:
+            print(json.dumps(validate(config)))
+        elif args.laws:
             laws(config, out)
         else:
             if args.arm is None or args.count <= 0:

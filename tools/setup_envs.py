@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"setup_envs: unknown build(s) {', '.join(unknown)}; known: {', '.join(builds)}", file=sys.stderr)
         return 2
     wanted += [n for n in extra if n not in wanted]
+    wanted = [n for n in wanted if not builds[n].main]  # engines shipped with badc run in .venv
     main_reqs = ["-e", f"{ROOT}[{MAIN_EXTRAS}]", *MAIN_EXTRA_REQS]
     envs = [(".venv", ROOT / ".venv", main_reqs, (), MAIN_DISK_GB)]
     envs += [(n, builds[n].venv, build_requirements(builds[n]), builds[n].uninstall, builds[n].disk_gb) for n in wanted]

@@ -64,7 +64,9 @@ class _Request:
 
 class LlamaCppInstrumentor(BaseInstrumentor):
     package = "llama-cpp-python"
-    supported = ("0.3.19", "0.4")
+    engine = "llama_cpp"
+    supported = ">=0.3.19,<0.4"
+    hook = "llama_cpp.llama"  # badc-trace installs the probe when this module is first imported
 
     def _instrument(self, sink: TraceSink) -> None:
         import llama_cpp._internals as internals

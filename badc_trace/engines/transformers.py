@@ -95,7 +95,9 @@ class _Request:
 
 class TransformersInstrumentor(BaseInstrumentor):
     package = "transformers"
-    supported = ("5.12", "6")
+    engine = "transformers"
+    supported = ">=5.12,<6"
+    hook = "transformers.generation.utils"  # badc-trace installs the probe when this module is first imported
 
     def _instrument(self, sink: TraceSink) -> None:
         from transformers.cache_utils import Cache

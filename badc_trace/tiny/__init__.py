@@ -7,25 +7,36 @@ after the default prompt every token has visible mass at the first step; `"tiny:
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 from pathlib import Path
+from types import ModuleType
 
 DEFAULT_PROMPT = "abcdabcdab"
-DEFAULT_SEEDS = {"transformers": 7, "llama_cpp": 3, "vllm": 1}
-HORIZONS = {"transformers": 3, "llama_cpp": 4, "vllm": 4}
-ENGINES = tuple(DEFAULT_SEEDS)
+# Each engine with an embedded model has a module here, named after the engine, with its DEFAULT_SEED.
+ENGINES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
 
 
 class ModelSpecError(ValueError):
     pass
 
 
+def tiny_module(engine: str) -> ModuleType:
+    """The engine's embedded-model module (light: it imports no engine)."""
+    if engine not in ENGINES:
+        raise ModelSpecError(f"no embedded tiny model for engine {engine!r}; engines with one: {', '.join(ENGINES)}")
+    return importlib.import_module(f"{__name__}.{engine}")
+
+
+def default_seed(engine: str) -> int:
+    return tiny_module(engine).DEFAULT_SEED
+
+
 def parse_model_spec(engine: str, spec: str) -> int | None:
     """The seed of a tiny-model spec ("tiny" or "tiny:SEED"), or None for a model path."""
-    if engine not in DEFAULT_SEEDS:
-        raise ModelSpecError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
     if spec == "tiny":
-        return DEFAULT_SEEDS[engine]
+        return default_seed(engine)
     if spec.startswith("tiny:"):
         tail = spec[5:]
         if not tail.isdigit() or int(tail) >= 2**32:

@@ -6,12 +6,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 
-from badc_trace.tiny import DEFAULT_PROMPT, DEFAULT_SEEDS, ENGINES
+from badc_trace.tiny import DEFAULT_PROMPT, ENGINES, tiny_module
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--prompt", default=DEFAULT_PROMPT)
     args = ap.parse_args(argv)
-    seed = DEFAULT_SEEDS[args.engine] if args.seed is None else args.seed
-    module = importlib.import_module(f"badc_trace.tiny.{args.engine}")
+    module = tiny_module(args.engine)
+    seed = module.DEFAULT_SEED if args.seed is None else args.seed
     # Engines log to stdout; keep it for the JSON line only.
     real_stdout = os.dup(1)
     os.dup2(2, 1)

@@ -9,6 +9,7 @@ from typing import Any
 
 from badc_trace.tiny import DEFAULT_PROMPT, cache_dir, normal
 
+DEFAULT_SEED = 3  # after the default prompt, every token has visible mass at the first step
 VOCAB = ["<unk>", "<s>", "</s>", "a", "b", "c", "d", "e", "f", "g"]
 BOS_ID, EOS_ID = 1, 2
 N_EMBD, N_FF, N_HEAD, N_CTX = 16, 32, 2, 256

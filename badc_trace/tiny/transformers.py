@@ -7,6 +7,7 @@ from typing import Any
 
 from badc_trace.tiny import DEFAULT_PROMPT, normal
 
+DEFAULT_SEED = 7  # after the default prompt, every token has visible mass at the first step
 VOCAB = ["a", "b", "c", "d", "e", "f", "</s>"]
 EOS_ID = 6
 INITIALIZER_RANGE = 0.2

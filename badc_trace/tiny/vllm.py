@@ -11,6 +11,7 @@ from typing import Any
 
 from badc_trace.tiny import DEFAULT_PROMPT, cache_dir, normal
 
+DEFAULT_SEED = 1  # after the default prompt, every token has visible mass at the first step
 VOCAB = [chr(ord("a") + i) for i in range(14)] + ["<unk>", "</s>"]
 EOS_ID = 15
 HIDDEN, INTERMEDIATE, HEADS, HEAD_DIM = 64, 128, 2, 32  # the CPU attention accepts head_dim 32

@@ -2,10 +2,10 @@
 
 import pytest
 
-from badc_trace.tiny import DEFAULT_PROMPT, DEFAULT_SEEDS
+from badc_trace.tiny import DEFAULT_PROMPT, default_seed
 from badc_trace.tiny import llama_cpp as tiny
 
-SEED = DEFAULT_SEEDS["llama_cpp"]
+SEED = default_seed("llama_cpp")
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ BASE = {"engine": "llama_cpp", "model": "tiny", "prompt": "abcdabcdab", "max_new
 
 
 def cfg(**kw):
-    return lcp.LlamaConfig.from_dict({**BASE, "id": "T", **kw})
+    return lcp.ENGINE.parse_config({**BASE, "id": "T", **kw})
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +29,7 @@ def test_mirror_matches_engine_softmax_with_truncation():
     # top_p 0.5 and min_p 0.2 cut the support; the mirror's law must put mass exactly where the C chain
     # can sample. Ten thousand seeded engine draws of one token never leave the mirrored support.
     c = cfg(sampling={"temperature": 0.7, "top_p": 0.5, "min_p": 0.2}, max_new_tokens=1)
-    law = lcp.reference_law(c).law
+    law = lcp.ENGINE.reference_law(c).law
     h = lcp.Harness(c, speculative=False)
     seen = {h.call(seed) for seed in range(10_000)}
     assert seen <= set(law) and len(law) >= 2 and abs(sum(law.values()) - 1) < 1e-12
@@ -38,9 +38,9 @@ def test_mirror_matches_engine_softmax_with_truncation():
 @pytest.mark.parametrize("api", ["create_completion", "generate"])
 def test_calibration_against_20000_off_draws(api):
     c = cfg(api=api, id=f"cal-{api}")
-    ref = lcp.reference_law(c).law
-    off = lcp.collect(c, "off", 20_000, 7)
-    on = lcp.collect(c, "on", 2_000, 7)
+    ref = lcp.ENGINE.reference_law(c).law
+    off = lcp.ENGINE.collect(c, "off", 20_000, 7)
+    on = lcp.ENGINE.collect(c, "on", 2_000, 7)
     d = decide(Config(c.id, Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref))
     assert d.calibration.passed is True and d.calibration.worst_excess <= 0.005
     assert d.decision == NOT_REJECTED and on.proposed > 0
@@ -50,22 +50,22 @@ def test_calibration_against_20000_off_draws(api):
                                                      ([{"name": "min_tokens", "min_tokens": 3}], "H-D1-phys")])
 def test_simulator_reproduces_p_with_logical_reads(processors, hypothesis):
     c = cfg(processors=processors)
-    assert lcp.simulator_check(c) <= 1e-12
-    assert lcp.simulator_check(cfg(stopping=[{"name": "last_id", "token": 6}])) <= 1e-12
+    assert lcp.ENGINE.simulator_check(c).value <= 1e-12
+    assert lcp.ENGINE.simulator_check(cfg(stopping=[{"name": "last_id", "token": 6}])).value <= 1e-12
     # ... and the physical reads are what make the hypothesis differ from P.
-    p, mu = lcp.reference_law(c).law, lcp.hypothesis_law(c, hypothesis).law
+    p, mu = lcp.ENGINE.reference_law(c).law, lcp.ENGINE.hypothesis_law(c, hypothesis).law
     assert 0.5 * sum(abs(p.get(y, 0) - mu.get(y, 0)) for y in set(p) | set(mu)) > 0.02
 
 
 def test_parity_processor_fails_with_witnesses_and_repair_removes_them(tmp_path):
     config = {**BASE, "id": "LCP-1", "processors": [{"name": "parity"}], "hypothesis": "H-D1-phys"}
-    c = lcp.config_from_dict(config)
+    c = lcp.ENGINE.parse_config(config)
     law = laws(config, tmp_path)
-    on = lcp.collect(c, "on", 3000, 11, trace_path=str(tmp_path / "on.badc"))
-    off = lcp.collect(c, "off", 3000, 11, trace_path=str(tmp_path / "off.badc"))
-    rep = lcp.collect(c, "repaired", 3000, 11, trace_path=str(tmp_path / "rep.badc"),
+    on = lcp.ENGINE.collect(c, "on", 3000, 11, trace_path=str(tmp_path / "on.badc"))
+    off = lcp.ENGINE.collect(c, "off", 3000, 11, trace_path=str(tmp_path / "off.badc"))
+    rep = lcp.ENGINE.collect(c, "repaired", 3000, 11, trace_path=str(tmp_path / "rep.badc"),
                       repair="llama_cpp/logical-prefix")
-    preds = {"allowed_tokens": lcp.predicate("allowed_tokens", c)}
+    preds = {"allowed_tokens": lcp.ENGINE.predicate("allowed_tokens", c)}
     d = decide(Config("LCP-1", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
                       reference=law["reference"], predicates=preds,
                       hypothesis=(law["hypothesis"]["id"], law["hypothesis"]["law"])))
@@ -83,10 +83,10 @@ def test_parity_processor_fails_with_witnesses_and_repair_removes_them(tmp_path)
 def test_min_tokens_fails_through_the_bound(tmp_path):
     config = {**BASE, "id": "LCP-2", "processors": [{"name": "min_tokens", "min_tokens": 3}],
               "hypothesis": "H-D1-phys"}
-    c = lcp.config_from_dict(config)
+    c = lcp.ENGINE.parse_config(config)
     law = laws(config, tmp_path)
-    on = lcp.collect(c, "on", 6000, 12, trace_path=str(tmp_path / "on.badc"))
-    off = lcp.collect(c, "off", 6000, 12)
+    on = lcp.ENGINE.collect(c, "on", 6000, 12, trace_path=str(tmp_path / "on.badc"))
+    off = lcp.ENGINE.collect(c, "off", 6000, 12)
     d = decide(Config("LCP-2", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
                       reference=law["reference"], hypothesis=(law["hypothesis"]["id"], law["hypothesis"]["law"])))
     assert d.decision == FAILS and d.witnesses.count == 0
@@ -103,7 +103,7 @@ def test_probe_records_calls_and_uninstrument_restores_everything(tmp_path):
     before_kv = internals.LlamaContext.__dict__["kv_cache_seq_rm"]
     c = cfg(processors=[{"name": "min_tokens", "min_tokens": 3}])
     trace = tmp_path / "t.badc"
-    res = lcp.collect(c, "on", 50, 3, trace_path=str(trace), level="full")
+    res = lcp.ENGINE.collect(c, "on", 50, 3, trace_path=str(trace), level="full")
     probe = LlamaCppInstrumentor()
     assert not probe.is_instrumented
     assert {n: llama.Llama.__dict__[n] for n in before} == before
@@ -176,7 +176,7 @@ def test_logprob_records_match_their_documented_value_and_a_planted_error_is_cau
 
     c = cfg(id="LCP-5", sampling={"temperature": 1.0, "logprobs": 10})
     for arm in ("off", "on"):
-        r = lcp.collect(c, arm, 800, 4, trace_path=str(tmp_path / f"{arm}.badc"))
+        r = lcp.ENGINE.collect(c, arm, 800, 4, trace_path=str(tmp_path / f"{arm}.badc"))
         assert r.records["draws"] == 800 and r.records["mismatch"] == 0, r.records["first_mismatch"]
     # The same check on a trace whose second record is off by 0.01 at position 2.
     h = lcp.Harness(c, speculative=False)
@@ -202,9 +202,9 @@ def test_logprob_records_match_their_documented_value_and_a_planted_error_is_cau
 ], ids=["grammar", "penalties", "stop-string", "truncation-bias"])
 def test_mirror_calibrates_for_each_mirrored_feature(extra):
     c = cfg(id="feat", **extra)
-    ref = lcp.reference_law(c).law
-    off = lcp.collect(c, "off", 20_000, 8)
-    on = lcp.collect(c, "on", 2_000, 8)
+    ref = lcp.ENGINE.reference_law(c).law
+    off = lcp.ENGINE.collect(c, "off", 20_000, 8)
+    on = lcp.ENGINE.collect(c, "on", 2_000, 8)
     d = decide(Config(c.id, Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref))
     assert d.calibration.passed is True and set(off.outcomes) <= set(ref)
     assert d.decision == NOT_REJECTED and on.proposed > 0

@@ -2,10 +2,10 @@
 
 import torch
 
-from badc_trace.tiny import DEFAULT_PROMPT, DEFAULT_SEEDS
+from badc_trace.tiny import DEFAULT_PROMPT, default_seed
 from badc_trace.tiny import transformers as tiny
 
-SEED = DEFAULT_SEEDS["transformers"]
+SEED = default_seed("transformers")
 
 
 def test_one_seed_gives_byte_identical_weights():

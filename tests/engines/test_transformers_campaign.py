@@ -13,13 +13,13 @@ from badc_replay.engines import transformers as tf
 from badc_replay.worker import laws
 from tests.shard_resume import kill_and_resume, same_shard
 
-VERSION = tf.engine_version()
+VERSION = tf.ENGINE.version()
 CROP_ARG = {"5.12.0": "int", "5.17.0": "Tensor", "5.24.0": "int"}  # what Cache.crop is given, per build
 SYNTHID = {"type": "synthid", "keys": [654, 400, 836, 123, 340, 443, 597, 160], "ngram_len": 2}
 
 
 def cfg(**kw):
-    return tf.config_from_dict({"id": "T", **kw})
+    return tf.ENGINE.parse_config({"id": "T", **kw})
 
 
 def tv(p, q):
@@ -35,10 +35,10 @@ def test_calibration_against_10000_off_draws():
     # 10,000 off draws (20,000 until 2026-12-01, halved for CI time): every event's L_off(A) must stay
     # within P(A) + 0.005; an adapter that mis-mirrors a processor moves some event by far more.
     c = cfg(id="cal")
-    ref = tf.reference_law(c)
+    ref = tf.ENGINE.reference_law(c)
     assert abs(sum(ref.law.values()) - 1) < 1e-9 and len(ref.law) > 100
-    off = tf.collect(c, "off", 10_000, 7)
-    on = tf.collect(c, "on", 1_000, 7)
+    off = tf.ENGINE.collect(c, "off", 10_000, 7)
+    on = tf.ENGINE.collect(c, "on", 1_000, 7)
     d = decide(Config(c.id, Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref.law))
     assert d.calibration.passed is True and d.calibration.worst_excess <= 0.005
     assert d.decision == NOT_REJECTED and on.proposed > 500 and on.accepted > 0 and off.proposed == 0
@@ -47,7 +47,7 @@ def test_calibration_against_10000_off_draws():
 @pytest.mark.parametrize("generation", [{}, {"guidance_scale": 1.5}, {"stop_strings": ["cd"]},
                                         {"watermarking_config": SYNTHID}, {"min_new_tokens": 2}])
 def test_simulator_with_fresh_processors_reproduces_p(generation):
-    assert tf.simulator_check(cfg(generation=generation)) <= 1e-6
+    assert tf.ENGINE.simulator_check(cfg(generation=generation)).value <= 1e-6
 
 
 @pytest.mark.parametrize("generation, hypothesis, least", [({"guidance_scale": 1.5}, "H-D2-cfg", 0.05),
@@ -72,12 +72,12 @@ def test_hypotheses_differ_from_p_and_the_repair_removes_the_state_difference(ge
 
 def test_guidance_fails_compatible_with_its_hypothesis_and_the_repair_confirms(tmp_path):
     config = {"engine": "transformers", "id": "HF-6", "generation": {"guidance_scale": 1.5}, "hypothesis": "H-D2-cfg"}
-    c = tf.config_from_dict(config)
+    c = tf.ENGINE.parse_config(config)
     law = laws(config, tmp_path)
     assert law["simulator_check"] <= 1e-6
-    on = tf.collect(c, "on", 1000, 11, trace_path=str(tmp_path / "on.badc"))
-    off = tf.collect(c, "off", 1000, 11, trace_path=str(tmp_path / "off.badc"))
-    rep = tf.collect(c, "repaired", 1000, 11, trace_path=str(tmp_path / "rep.badc"),
+    on = tf.ENGINE.collect(c, "on", 1000, 11, trace_path=str(tmp_path / "on.badc"))
+    off = tf.ENGINE.collect(c, "off", 1000, 11, trace_path=str(tmp_path / "off.badc"))
+    rep = tf.ENGINE.collect(c, "repaired", 1000, 11, trace_path=str(tmp_path / "rep.badc"),
                      repair="transformers/stateful-replay")
     d = decide(Config("HF-6", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
                       reference=law["reference"], hypothesis=(law["hypothesis"]["id"], law["hypothesis"]["law"])))
@@ -90,7 +90,7 @@ def test_guidance_fails_compatible_with_its_hypothesis_and_the_repair_confirms(t
     if VERSION == "5.12.0":
         # 5.12 also returns more than L tokens, its own defect: H-D2-cfg, written from 5.17's schedule,
         # gives those outputs no mass, and the repair of the processor state leaves them (D3).
-        over = tf.predicate("max_new_tokens", c)
+        over = tf.ENGINE.predicate("max_new_tokens", c)
         assert not d.hypothesis.compatible and any(over(y) for y in on.outcomes)
         assert rep.contract["first_violation"]["kind"] == "D3" and any(over(y) for y in rep.outcomes)
         return
@@ -106,12 +106,12 @@ def test_the_same_repair_removes_the_synthid_state_difference(tmp_path):
     # repair on guidance, one configuration per cause and build as the paper's S3 does; this checks it
     # on SynthID too, with the same seeds on and repaired
     config = {"engine": "transformers", "id": "HF-7", "generation": {"watermarking_config": SYNTHID}}
-    c = tf.config_from_dict(config)
+    c = tf.ENGINE.parse_config(config)
     law = laws(config, tmp_path)
-    on = tf.collect(c, "on", 300, 12, trace_path=str(tmp_path / "on.badc"))
-    rep = tf.collect(c, "repaired", 300, 12, trace_path=str(tmp_path / "rep.badc"),
+    on = tf.ENGINE.collect(c, "on", 300, 12, trace_path=str(tmp_path / "on.badc"))
+    rep = tf.ENGINE.collect(c, "repaired", 300, 12, trace_path=str(tmp_path / "rep.badc"),
                      repair="transformers/stateful-replay")
-    off = tf.collect(c, "off", 300, 13, level="counts")
+    off = tf.ENGINE.collect(c, "off", 300, 13, level="counts")
     assert on.violations == 300 and on.contract["first_violation"]["kind"] == "D2"
     if VERSION == "5.12.0":  # its overshoot (more than L tokens) stays, named by D3 (see the guidance test)
         first = rep.contract["first_violation"]
@@ -128,13 +128,13 @@ def test_stop_string_completed_inside_a_block_gives_witnesses_and_d3(tmp_path):
     # The public defect (the paper's HF17-P1): generation goes on past "cd" when both arrive in one block.
     config = {"engine": "transformers", "id": "HF-P1", "generation": {"stop_strings": ["cd"]},
               "predicates": ["stop_strings"], "hypothesis": "H-D3-stopstring"}
-    c = tf.config_from_dict(config)
-    pred = tf.predicate("stop_strings", c)
+    c = tf.ENGINE.parse_config(config)
+    pred = tf.ENGINE.predicate("stop_strings", c)
     law = laws(config, tmp_path)
     assert sum(p for y, p in law["reference"].items() if pred(y)) == 0
     assert sum(p for y, p in law["hypothesis"]["law"].items() if pred(y)) > 0.001
-    on = tf.collect(c, "on", 3000, 5, trace_path=str(tmp_path / "on.badc"))
-    off = tf.collect(c, "off", 3000, 5, trace_path=str(tmp_path / "off.badc"))
+    on = tf.ENGINE.collect(c, "on", 3000, 5, trace_path=str(tmp_path / "on.badc"))
+    off = tf.ENGINE.collect(c, "off", 3000, 5, trace_path=str(tmp_path / "off.badc"))
     d = decide(Config("HF-P1", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
                       reference=law["reference"], predicates={"stop_strings": pred}))
     assert d.decision == FAILS and d.witnesses.count > 0 and d.calibration.passed
@@ -148,8 +148,8 @@ def test_topk_with_repetition_penalty_drafts_nothing_and_is_inconclusive():
     # Candidate filtering on all-one placeholder scores: the penalty lowers every prompt token and top-k 3
     # keeps the three unseen ones, so every proposal is cropped to nothing.
     c = cfg(generation={"temperature": 0.7, "top_k": 3, "top_p": 0.9, "repetition_penalty": 1.3})
-    ref = tf.reference_law(c).law
-    on, off = tf.collect(c, "on", 500, 3), tf.collect(c, "off", 500, 3)
+    ref = tf.ENGINE.reference_law(c).law
+    on, off = tf.ENGINE.collect(c, "on", 500, 3), tf.ENGINE.collect(c, "off", 500, 3)
     assert on.proposed == 0 and on.counters["drafter_calls"] > 0
     d = decide(Config("HF-3", Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref))
     assert d.decision == INCONCLUSIVE
@@ -160,11 +160,11 @@ def test_returned_scores_are_checked_against_the_kernel(tmp_path):
     # scores of the speculative arm come from the drifted processor state: channel R sees it.
     plain = cfg(generation={"output_scores": True, "return_dict_in_generate": True})
     for arm in ("off", "on"):
-        r = tf.collect(plain, arm, 300, 2, trace_path=str(tmp_path / f"p-{arm}.badc"))
+        r = tf.ENGINE.collect(plain, arm, 300, 2, trace_path=str(tmp_path / f"p-{arm}.badc"))
         assert r.records["draws"] == 300 and r.records["mismatch"] == 0, r.records
     guided = cfg(generation={"output_scores": True, "return_dict_in_generate": True, "guidance_scale": 1.5})
-    off = tf.collect(guided, "off", 200, 2, trace_path=str(tmp_path / "g-off.badc"))
-    on = tf.collect(guided, "on", 200, 2, trace_path=str(tmp_path / "g-on.badc"))
+    off = tf.ENGINE.collect(guided, "off", 200, 2, trace_path=str(tmp_path / "g-off.badc"))
+    on = tf.ENGINE.collect(guided, "on", 200, 2, trace_path=str(tmp_path / "g-on.badc"))
     assert off.records["mismatch"] == 0 and on.records["mismatch"] > 50
     assert on.records["first_mismatch"]["record"] == "scores"
 
@@ -172,15 +172,15 @@ def test_returned_scores_are_checked_against_the_kernel(tmp_path):
 @pytest.mark.skipif(VERSION != "5.12.0", reason="the length overshoot is a 5.12.0 defect")
 def test_5_12_returns_more_than_max_new_tokens():
     c = cfg(predicates=["max_new_tokens"])
-    on = tf.collect(c, "on", 3000, 1)
-    over = tf.predicate("max_new_tokens", c)
+    on = tf.ENGINE.collect(c, "on", 3000, 1)
+    over = tf.ENGINE.predicate("max_new_tokens", c)
     assert sum(k for y, k in on.outcomes.items() if over(y)) > 0
 
 
 def test_xgrammar_is_dominated_by_crashes():
     pytest.importorskip("xgrammar")
     c = cfg(processors=[{"name": "xgrammar", "grammar": 'root ::= [a-c]+ "d"?'}])
-    off, on = tf.collect(c, "off", 300, 4), tf.collect(c, "on", 300, 4)
+    off, on = tf.ENGINE.collect(c, "off", 300, 4), tf.ENGINE.collect(c, "on", 300, 4)
     crashes = sum(k for y, k in on.outcomes.items() if "|crash:" in y)
     assert sum(k for y, k in off.outcomes.items() if "|crash:" in y) == 0
     assert crashes > 100 and on.counters["crashes"] >= crashes
@@ -196,7 +196,7 @@ def test_probes_record_roles_and_leave_nothing_patched(tmp_path):
     classes = (("gm", GenerationMixin), ("cfg", lp.UnbatchedClassifierFreeGuidanceLogitsProcessor))
     before = {k: dict(vars(c)) for k, c in classes}
     c = cfg(generation={"guidance_scale": 1.5})
-    tf.collect(c, "on", 20, 1, trace_path=str(tmp_path / "t.badc"), level="full")
+    tf.ENGINE.collect(c, "on", 20, 1, trace_path=str(tmp_path / "t.badc"), level="full")
     recs = list(read_trace(str(tmp_path / "t.badc")))
     roles = {r["role"] for r in recs if r["type"] == "processor"}
     assert roles == {"filter", "verify"}
@@ -214,7 +214,7 @@ def test_probes_record_roles_and_leave_nothing_patched(tmp_path):
     probe.uninstrument()
     assert all(before["gm"][n] is vars(GenerationMixin)[n] for n in before["gm"])
     # counts level writes no per-call records
-    tf.collect(c, "off", 5, 1, trace_path=str(tmp_path / "c.badc"), level="counts")
+    tf.ENGINE.collect(c, "off", 5, 1, trace_path=str(tmp_path / "c.badc"), level="counts")
     assert [r["type"] for r in read_trace(str(tmp_path / "c.badc"))] == ["counts"]
 
 
@@ -265,9 +265,9 @@ def test_config_errors_name_the_field():
         cfg(drafter={"method": "medusa"})
     with pytest.raises(ValueError, match="max_new_tokens"):
         cfg(generation={"max_new_tokens": 4})
-    with pytest.raises(ValueError, match="unknown predicate"):
-        tf.predicate("nope", cfg())
-    assert np.isclose(sum(tf.reference_law(cfg(max_new_tokens=1)).law.values()), 1)
+    with pytest.raises(ValueError, match="unknown transformers predicate 'nope'"):
+        tf.ENGINE.predicate("nope", cfg())
+    assert np.isclose(sum(tf.ENGINE.reference_law(cfg(max_new_tokens=1)).law.values()), 1)
 
 
 def test_a_killed_shard_goes_on_from_its_checkpoint_draw_for_draw(tmp_path):
@@ -296,7 +296,7 @@ def test_draft_model_settings_are_recorded_and_state_carried_between_requests_is
         path = str(tmp_path / f"{schedule}.badc")
         c = cfg(drafter={"method": "draft_model", "model": "tiny:11", "num_assistant_tokens": 2, "schedule": schedule,
                          **threshold})
-        res = tf.collect(c, "on", 40, 1, trace_path=path, level="calls")
+        res = tf.ENGINE.collect(c, "on", 40, 1, trace_path=path, level="calls")
         assert res.proposed > 0
         drafts = [r for r in read_trace(path) if r["type"] == "draft"]
         assert sum("settings" in r for r in drafts) == 40  # one per request, at its first drafter call
@@ -311,5 +311,5 @@ def test_draft_model_settings_are_recorded_and_state_carried_between_requests_is
             assert first.expected == contract.drafter_settings and "num_assistant_tokens" in first.message()
     with pytest.raises(ValueError, match="drafter.schedule"):
         cfg(drafter={"method": "draft_model", "schedule": "sometimes"})
-    with pytest.raises(ValueError, match=r"drafter.confidence_threshold must be a number in \[0, 1\].*'high'"):
+    with pytest.raises(ValueError, match=r"key 'drafter.confidence_threshold': Input should be a valid number.*'high'"):
         cfg(drafter={"method": "draft_model", "confidence_threshold": "high"})

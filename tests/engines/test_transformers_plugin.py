@@ -2,7 +2,7 @@
 
 import textwrap
 
-from badc_replay.engines.transformers import engine_version
+from badc_replay.engines.transformers import ENGINE
 from tests.plugin_suite import run_suite
 
 CAMPAIGN = textwrap.dedent("""
@@ -33,7 +33,7 @@ SYNTHID = 'generation = { watermarking_config = { type = "synthid", keys = [654,
 
 
 def test_plugin_marker_on_transformers(tmp_path):
-    build = engine_version()
+    build = ENGINE.version()
     proc = run_suite(tmp_path, {
         "plain.toml": CAMPAIGN.format(name="plain", cid="N", build=build, extra='role = "negative-control"'),
         "synthid.toml": CAMPAIGN.format(name="synthid", cid="S", build=build, extra=SYNTHID),

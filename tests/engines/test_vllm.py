@@ -2,10 +2,10 @@
 
 import pytest
 
-from badc_trace.tiny import DEFAULT_PROMPT, DEFAULT_SEEDS
+from badc_trace.tiny import DEFAULT_PROMPT, default_seed
 from badc_trace.tiny import vllm as tiny
 
-SEED = DEFAULT_SEEDS["vllm"]
+SEED = default_seed("vllm")
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ STOPS = [4, 5, 6, 7, 8, 9]
 
 
 def cfg(**kw):
-    return vl.config_from_dict({**BASE, "id": "T", **kw})
+    return vl.ENGINE.parse_config({**BASE, "id": "T", **kw})
 
 
 def in_subprocess(code):
@@ -132,7 +132,7 @@ def test_min_tokens_bonus_row_follows_the_committed_length(tmp_path):
     assert first["kind"] == "D1" and first["what"].startswith("bonus row") and "position 2" in first["what"]
     assert first["expected"] == {"stop tokens masked": []} and first["seen"]["committed tokens"] == 1
     assert rep["violations"] > 50
-    early = vl.predicate("min_tokens", vl.config_from_dict(config))
+    early = vl.ENGINE.predicate("min_tokens", vl.ENGINE.parse_config(config))
     assert not any(early(y) for y in rep["outcomes"])  # never too early: the mask errs the other way
     d = decide(Config("VLLM-2k1", Arm(rep["outcomes"], 0, rep["proposed"]), Arm(off["outcomes"]),
                       reference=law["reference"], hypothesis=(law["hypothesis"]["id"], law["hypothesis"]["law"])))
@@ -150,7 +150,7 @@ def test_probes_uninstrument_restores_everything_and_check_versions(tmp_path):
         from badc_trace.instrument import UnsupportedVersionError
 
         trace = {str(tmp_path / "t.badc")!r}
-        res = vl.collect(vl.config_from_dict({BASE | {"id": "p"}!r}), "on", 30, 3, trace_path=trace)
+        res = vl.ENGINE.collect(vl.ENGINE.parse_config({BASE | {"id": "p"}!r}), "on", 30, 3, trace_path=trace)
         from vllm.entrypoints.llm import LLM
         from vllm.v1.sample import rejection_sampler as rs
         from vllm.v1.sample.sampler import Sampler
@@ -205,7 +205,7 @@ def test_contract_check_names_call_prefix_expected_and_seen():
 
 
 def test_config_errors_name_the_field():
-    with pytest.raises(ValueError, match="drafter method must be ngram"):
+    with pytest.raises(ValueError, match=r"key 'drafter.method': Input should be 'ngram' \(got 'eagle'\)"):
         cfg(drafter={"method": "eagle"})
     with pytest.raises(ValueError, match="seed"):
         cfg(sampling={"seed": 3})

@@ -1,0 +1,109 @@
+"""Executors: jobs run as local worker processes under each build's interpreter, as Ray tasks, or in
+this process (the pytest plugin's way)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from badc_check.campaign.plan import Job
+from badc_check.campaign.progress import Progress
+from badc_check.campaign.spec import CampaignError
+
+
+def _run_local(job: Job, cmd: list[str], progress: Progress, log: Callable[[str], None]) -> int:
+    if job.kind == "shard":
+        progress.begin(job.cid, job.arm)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    tail: list[str] = []
+    try:
+        for line in proc.stderr:
+            if line.startswith(("progress ", "resumed ")):
+                progress.update(job.cid, job.arm, job.start, int(line.split()[2].split("/")[0]),
+                                resumed=line.startswith("resumed "))
+            elif "n_ctx" not in line and line.strip():
+                tail = (tail + [line.rstrip()])[-10:]
+        return proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        if proc.returncode not in (0, None):
+            log(f"{job.cid}: worker exited with {proc.returncode}: " + " | ".join(tail[-3:]))
+
+
+def _ray_task(cmd: list[str]) -> int:  # runs on a Ray worker; the folder must be shared with it
+    return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+
+
+def _run_inline(job: Job, out: Path, seed: int, seal: str) -> int:
+    """In this process, with this interpreter's engine (the pytest plugin's way)."""
+    from badc_replay import worker
+
+    if job.kind == "laws":
+        worker.laws(job.config, out)
+    else:
+        worker.shard(job.config, job.arm, job.start, job.count, seed, out, level=job.level, repair=job.repair,
+                     seal=seal)
+    return 0
+
+
+class Executor:
+    """Runs jobs with K local worker processes, as Ray tasks (`executor="ray"`), or in this process
+    (`executor="inline"`, with the engine of the running interpreter)."""
+
+    def __init__(self, kind: str, workers: int, progress: Progress, log: Callable[[str], None]):
+        if kind not in ("local", "ray", "inline"):
+            raise CampaignError(f"executor must be local, ray or inline, not {kind!r}")
+        self.kind, self.workers, self.progress, self.log = kind, max(1, workers), progress, log
+        # how many shards run at once, for the time-left estimate; unknown on a Ray cluster
+        progress.workers = 1 if kind == "inline" else 0 if os.environ.get("RAY_ADDRESS") else self.workers
+        if kind == "ray":
+            try:
+                import ray
+            except ImportError:
+                raise CampaignError("the Ray executor needs ray: pip install 'ray[default]' in .venv") from None
+            if not ray.is_initialized():
+                ray.init(address=os.environ.get("RAY_ADDRESS") or None, num_cpus=None if os.environ.get(
+                    "RAY_ADDRESS") else self.workers, include_dashboard=False, log_to_driver=False)
+            self._remote = ray.remote(num_cpus=1)(_ray_task)
+
+    def run(self, jobs: list[tuple[Job, list[str]]], out: Path | None = None, seed: int = 0,
+            seal: str = "") -> list[int]:
+        if self.kind == "inline":
+            codes = []
+            for job, _ in jobs:
+                codes.append(_run_inline(job, out, seed, seal))
+                self._finished(job, codes[-1], out)
+            return codes
+        if self.kind == "ray":
+            import ray
+
+            for job, _ in jobs:
+                if job.kind == "shard":
+                    self.progress.begin(job.cid, job.arm)
+            refs = [self._remote.remote(cmd) for _, cmd in jobs]
+            codes = []
+            for (job, _), ref in zip(jobs, refs, strict=True):
+                codes.append(ray.get(ref))
+                self._finished(job, codes[-1], out)
+            return codes
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(item: tuple[Job, list[str]]) -> int:
+            job, cmd = item
+            code = _run_local(job, cmd, self.progress, self.log)
+            self._finished(job, code, out)
+            return code
+
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            return list(pool.map(one, jobs))
+
+    def _finished(self, job: Job, code: int, out: Path | None) -> None:
+        if job.kind == "shard" and code == 0:
+            self.progress.update(job.cid, job.arm, job.start, job.count, final=True)
+            if out is not None:
+                self.progress.timed(job.output(out))

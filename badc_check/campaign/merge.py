@@ -1,0 +1,158 @@
+"""Merging and deciding: an arm from its shards, and a config decided from the finished jobs in a
+campaign folder (at an anytime look, or whole)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from badc_check.campaign.plan import Job
+from badc_check.campaign.spec import Campaign, CampaignError
+from badc_check.channels import RecordArm
+from badc_check.confirmation import confirm_repair
+from badc_check.decide import INCONCLUSIVE, Arm, Config, ConfigDecision, decide, should_stop
+from badc_check.looks import Look, planned_looks
+from badc_check.selection import confirmation_m
+from badc_replay.contract import merge_contracts
+from badc_replay.registry import get_engine
+from badc_replay.results import LawsResult, ResultError, ShardResult, read_result
+
+
+def merge_shards(shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """One arm from its shards: counts add up; the first violation is the earliest draw's."""
+    outcomes: dict[str, int] = {}
+    total = {"proposed": 0, "accepted": 0, "violations": 0, "draws": 0}
+    records: dict[str, Any] | None = None
+    shards = sorted(shards, key=lambda s: s["start"])
+    for s in shards:
+        if s["start"] != total["draws"]:  # shards must tile 0..n: never a draw twice, never a gap
+            raise CampaignError(f"shard {s.get('arm', '')}-{s['start']} does not start at draw {total['draws']:,}: "
+                                "shards of different sizes were mixed in one output folder")
+        for y, k in s["outcomes"].items():
+            outcomes[y] = outcomes.get(y, 0) + k
+        for key in ("proposed", "accepted", "violations"):
+            total[key] += s[key]
+        total["draws"] += s["count"]
+        r = s.get("records")
+        if r is not None:
+            records = records or {"draws": 0, "mismatch": 0, "positions": {}, "first_mismatch": None}
+            records["draws"] += r["draws"]
+            records["mismatch"] += r["mismatch"]
+            for p, k in r["positions"].items():
+                records["positions"][str(p)] = records["positions"].get(str(p), 0) + k
+            records["first_mismatch"] = records["first_mismatch"] or r.get("first_mismatch")
+    contract = merge_contracts([(s["start"], s.get("contract") or {}) for s in shards])
+    return {"outcomes": outcomes, **total, "contract": contract, "records": records}
+
+
+def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, dict[str, Any]],
+                  campaign: Campaign, m: int, look: Look | None = None) -> ConfigDecision:
+    """The decision from merged arms; at an anytime `look`, with that look's share of the budget."""
+    hyp = laws.get("hypothesis")
+    on, off = arms["on"], arms["off"]
+
+    def record_arm(a: dict[str, Any]) -> RecordArm | None:
+        r = a.get("records")
+        return None if r is None else RecordArm(r["draws"], r["mismatch"],
+                                                {int(k): v for k, v in r["positions"].items()})
+
+    rec_on, rec_off = record_arm(on), record_arm(off)
+    predicates = {name: frozenset(laws.get("predicates", {}).get(name, ())) for name in config.get("predicates", [])}
+    cfg = Config(
+        id=config["id"], engine=config["engine"], build=laws.get("build", config["build"]),
+        role=config.get("role", "probe"), on=Arm(on["outcomes"], on["violations"], on["proposed"], on["accepted"]),
+        off=Arm(off["outcomes"], off["violations"]), reference=laws["reference"], predicates=predicates,
+        hypothesis=(hyp["id"], hyp["law"]) if hyp else None,
+        records_status="complete" if rec_on and rec_off else "not_returned", records_on=rec_on, records_off=rec_off,
+        contract={**on["contract"], "off": off["contract"]})
+    d = decide(cfg, alpha=campaign.alpha, m=m, threshold=campaign.threshold,
+               spend=1.0 if look is None else look.spend)
+    if look is not None:
+        d = dataclasses.replace(d, look=look.to_dict())
+    if "repaired" in arms:
+        frozen = [f"A_H({hyp['id']})"] if hyp else [d.channel_s.argmax_crash_free]
+        r = confirm_repair(config["repair"], cfg.family(), frozen, laws["reference"], predicates,
+                           arms["off-confirm"]["outcomes"], arms["on-confirm"]["outcomes"],
+                           arms["repaired"]["outcomes"], proposed_on=arms["on-confirm"]["proposed"],
+                           proposed_repaired=arms["repaired"]["proposed"], alpha=campaign.alpha,
+                           m=confirmation_m(campaign.configs))
+        object.__setattr__(d, "repair", r)
+    return d
+
+
+def inconclusive(config: dict[str, Any], reason: str) -> dict[str, Any]:
+    return {"id": config["id"], "engine": config["engine"], "build": config["build"],
+            "role": config.get("role", "probe"), "decision": INCONCLUSIVE, "eligible": False, "D": None,
+            "witnesses": 0, "draws": {"on": 0, "off": 0}, "crashes": {"on": 0, "off": 0},
+            "exercise": {"proposed": None, "accepted": None}, "calibration": {"passed": None}, "hypothesis": None,
+            "records": {"status": "incomplete", "failed": False}, "repair": None, "contract": None,
+            "reasons": [reason]}
+
+
+
+@dataclass
+class FolderDecision:
+    """One config decided from the finished jobs in a campaign folder."""
+
+    decision: ConfigDecision
+    laws: dict[str, Any]  # the laws job's output, with the registered predicates' outcome sets added
+    arms: dict[str, dict[str, Any]]  # each arm merged from its shards
+    resumed: int  # draws the shards took over from checkpoints of cut-off runs
+    jobs: list[Job] = field(default_factory=list)  # the jobs it was decided from
+    look: Look | None = None  # the anytime look it was decided at
+
+
+def decide_from_folder(config: dict[str, Any], jobs: list[Job], out: Path, campaign: Campaign, m: int,
+                       arms: tuple[str, ...] | None = None, look: Look | None = None) -> FolderDecision:
+    """Decide `config` from its jobs' outputs in `out` (every job of the chosen arms must be done).
+    `arms` limits the arms read: ("on", "off") decides a config before its repair-confirmation arms
+    are done, without the repair result. `look`: an anytime look, decided with its share of the budget."""
+    laws = _read(jobs[0].output(out), LawsResult)
+    shards: dict[str, list[dict[str, Any]]] = {}
+    for j in jobs[1:]:
+        if arms is None or j.arm in arms:
+            shards.setdefault(j.arm, []).append(_read(j.output(out), ShardResult))
+    merged = {arm: merge_shards(s) for arm, s in shards.items()}
+    if config.get("predicates"):
+        laws["predicates"] = _predicate_sets(config, laws, merged)
+    return FolderDecision(decision=decide_config(config, laws, merged, campaign, m, look), laws=laws, arms=merged,
+                          resumed=sum(s.get("resumed", 0) for arm in shards.values() for s in arm),
+                          jobs=[jobs[0], *(j for j in jobs[1:] if arms is None or j.arm in arms)], look=look)
+
+
+def _read(path: Path, kind: type[LawsResult] | type[ShardResult]) -> dict[str, Any]:
+    try:
+        return read_result(path, kind)
+    except ResultError as e:
+        raise CampaignError(f"{e} (delete the file and run again to redo that job)") from None
+
+
+def anytime_decision(config: dict[str, Any], jobs: list[Job], out: Path, campaign: Campaign,
+                     m: int) -> FolderDecision | None:
+    """`badc run --anytime`: the decision at the first planned look that stops (FAILS or VOID), else at the
+    last look; None while the finished shards allow neither. Looks take contiguous prefixes of both arms,
+    so the decision does not depend on which shards finished first."""
+    if not jobs[0].output(out).exists():
+        return None
+    for look in planned_looks(campaign.draws):
+        prefix = [j for j in jobs[1:] if j.arm in ("on", "off") and j.start < look.draws]
+        if any(not j.output(out).exists() for j in prefix):
+            return None
+        found = decide_from_folder(config, [jobs[0], *prefix], out, campaign, m, look=look)
+        if look.index == look.of or should_stop(found.decision):
+            return found
+    return None
+
+
+def _predicate_sets(config: dict[str, Any], laws: dict[str, Any],
+                    arms: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """Registered predicates as lists of the violating outcomes among all the laws and arms contain
+    (predicates are pure functions of outcome strings; the engine module defines them)."""
+    engine = get_engine(config["engine"])
+    cfg = engine.parse_config(config)
+    known = set(laws["reference"]) | set(laws.get("hypothesis", {}).get("law", {}))
+    for arm in arms.values():
+        known |= set(arm["outcomes"])
+    return {name: sorted(y for y in known if engine.predicate(name, cfg)(y)) for name in config["predicates"]}

@@ -1,0 +1,77 @@
+"""Planning: a config's work as jobs (its exact laws, then shards of draws per arm), each with the file it
+writes and the worker command that writes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from badc_check.campaign.spec import Campaign
+from badc_check.looks import planned_looks
+from badc_replay.registry import get_engine
+
+
+@dataclass
+class Job:
+    config: dict[str, Any]
+    kind: str  # laws | shard
+    arm: str = ""
+    start: int = 0
+    count: int = 0
+    level: str = "calls"
+    repair: str | None = None
+
+    @property
+    def cid(self) -> str:
+        return self.config["id"]
+
+    @property
+    def label(self) -> str:
+        return "laws" if self.kind == "laws" else f"shard {self.arm} {self.start}"
+
+    def output(self, out: Path) -> Path:
+        if self.kind == "laws":
+            return out / "laws" / f"{self.cid}.json"
+        return out / "shards" / self.cid / f"{self.arm}-{self.start}.json"
+
+    def command(self, python: str, cfg_path: Path, out: Path, seed: int, seal: str = "") -> list[str]:
+        cmd = [python, "-m", "badc_replay.worker", str(cfg_path), "--out", str(out), "--seal", seal]
+        if self.kind == "laws":
+            return cmd + ["--laws"]
+        cmd += ["--arm", self.arm, "--start", str(self.start), "--count", str(self.count), "--seed", str(seed),
+                "--level", self.level]
+        return cmd + (["--repair", self.repair] if self.repair else [])
+
+
+def _arm_jobs(campaign: Campaign, config: dict[str, Any], name: str, draws: int, level: str,
+              repair: str | None = None, looks: bool = False) -> list[Job]:
+    """Shards of `campaign.shard` draws; with `looks`, also cut at every planned look, so that each look's
+    prefix is a whole number of shards."""
+    cuts = set(range(0, draws, campaign.shard))
+    if looks:
+        cuts |= {look.draws for look in planned_looks(draws)[:-1]}
+    bounds = [*sorted(cuts), draws]
+    return [Job(config, "shard", name, a, b - a, level, repair) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def discovery_jobs(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
+    """The laws, then the off and on arms (stages S1-S2)."""
+    level = get_engine(config["engine"]).trace_level
+    return [Job(config, "laws"), *_arm_jobs(campaign, config, "off", campaign.draws, level, looks=campaign.anytime),
+            *_arm_jobs(campaign, config, "on", campaign.draws, level, looks=campaign.anytime)]
+
+
+def confirmation_jobs(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
+    """Fresh off and on arms and the repaired arm (stage S3), for a config selected for confirmation."""
+    if not (campaign.confirm_draws and config.get("repair")):
+        return []
+    n, level = campaign.confirm_draws, get_engine(config["engine"]).trace_level
+    return [*_arm_jobs(campaign, config, "off-confirm", n, "counts"),
+            *_arm_jobs(campaign, config, "on-confirm", n, "counts"),
+            *_arm_jobs(campaign, config, "repaired", n, level, config["repair"])]
+
+
+def plan(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
+    """Every job a config can have: discovery, and confirmation if it is selected for it."""
+    return discovery_jobs(campaign, config) + confirmation_jobs(campaign, config)

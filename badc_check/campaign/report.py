@@ -1,0 +1,90 @@
+"""report.md: the campaign's decisions as Markdown (report.json holds the same as data)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from badc_check.decide import contract_cell, contract_lines
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    def f(v: Any) -> str:
+        return "-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
+
+    conf = (f"; confirmation at alpha {report['alpha']} over its own m = {report['confirm_m']} (one attempt per "
+            f"cause and build; attempted: {', '.join(report['confirmation_attempts']) or 'none'})"
+            if report.get("confirm_draws") and "confirm_m" in report else "")
+    lines = [f"# badc report: {report['campaign']}", "",
+             f"Seal `{report['seal'][:16]}`; alpha {report['alpha']} family-wise over m = {report['m']}{conf}; "
+             f"threshold {report['threshold']}; {report['draws']:,} draws per arm"
+             + (f", {report['confirm_draws']:,} per confirmation arm" if report.get("confirm_draws") else "") + ". "
+             "NOT_REJECTED means the test did not reject; it is not evidence of conformance.", ""]
+    if report.get("anytime"):
+        looks = report["anytime"]
+        lines += [f"Anytime: {len(looks)} planned looks per config at "
+                  + ", ".join(f"{lk['draws']:,}" for lk in looks) + " draws per arm, the error budget spent over "
+                  "them (the last look half of it); a config stops at its first look with an eligible FAILS or "
+                  "VOID.", ""]
+    if "pending" in report:
+        lines += [f"**Partial report: {len(report['configs'])} of {report['m']} configs decided**, each with the "
+                  "whole roster's m, so these decisions are final; the pending configs are listed at the end.", ""]
+    elif report.get("interrupted"):
+        lines += ["**This campaign was interrupted and completed from its sealed roster** "
+                  f"({report['jobs_reused']} jobs reused, {report.get('draws_resumed', 0):,} draws taken over from "
+                  "checkpoints of cut-off shards).", ""]
+    lines += ["D bounds the distance between the arms' returned-output laws from below; the contract column is "
+              "the trace replay of the on arm, its own channel, never folded into D.", "",
+              "| config | engine | build | role | decision | eligible | D | witnesses | proposed | "
+              "calibration | hypothesis | repair | contract |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in report["configs"]:
+        hyp = c.get("hypothesis")
+        hyp_s = "-" if not hyp else (f"{hyp['id']}: {'compatible' if hyp['compatible'] else 'incompatible'}, null "
+                                     f"{'rejected' if hyp['null_rejected'] else 'not rejected'}")
+        rep = c.get("repair")
+        rep_s = "-" if not rep else (f"{rep['id']}: not attempted" if rep.get("attempted") is False else (
+            f"{rep['id']}: {'confirmed' if rep['confirmed'] else 'not confirmed'} (recurrence {rep['recurrence']:.4f}, "
+            f"gap UB {rep['gap_ub']:.4f}, witness UB {rep['witness_ub']:.1e})"))
+        lines.append(f"| {c['id']} | {c['engine']} | {c['build']} | {c['role']} | **{c['decision']}** | "
+                     f"{'yes' if c['eligible'] else 'no'} | {f(c.get('D'))} | "
+                     f"{c['witnesses']} | {f(c['exercise']['proposed'])} | {f(c['calibration']['passed'])} | "
+                     f"{hyp_s} | {rep_s} | {contract_cell(c.get('contract'))} |")
+    for c in report["configs"]:
+        lines += ["", f"## {c['id']}: {c['decision']}", ""]
+        lines += [f"- {r}" for r in c.get("reasons", [])]
+        if c.get("repair"):
+            lines += [f"- repair {c['repair']['id']}: {r}" for r in c["repair"].get("reasons", [])]
+        if c.get("anytime"):
+            lk = c["anytime"]
+            lines.append(f"- decided at look {lk['look']} of {lk['of']}: {lk['draws']:,} draws per arm, "
+                         f"{lk['spend']:.4g} of the budget")
+        if c.get("D_event"):
+            lines.append(f"- D attained on `{c['D_event']}`; crash-free returned-output D {f(c.get('D_crash_free'))} "
+                         f"on `{c.get('D_crash_free_event')}`; {c.get('events')} events, B = {c.get('bounds')}")
+        if c.get("witness_outcomes"):
+            lines.append("- witness outcomes: " + ", ".join(f"`{y}` x{k}" for y, k in
+                                                          list(c["witness_outcomes"].items())[:8]))
+        contract = c.get("contract")
+        lines += [f"- {line}" for line in contract_lines(contract, c["decision"])]
+        if contract and contract.get("first_violation"):
+            lines.append(f"- first contract violation: {contract['first_violation']['message']}")
+        if contract and contract.get("carried_over"):
+            lines.append(f"- drafter state carried over: {contract['carried_over']:,} of {contract['requests']:,} "
+                         f"requests did not start from the first request's drafter settings, so a draw may "
+                         f"depend on the draws before it; first: {contract['first_carry_over']['message']}")
+        if c.get("records", {}).get("status") == "complete":
+            lines.append(f"- records (channel R): {'FAILED' if c['records']['failed'] else 'not rejected'}, "
+                         f"gap {f(c['records'].get('gap'))}")
+        if c.get("simulator_check") is not None:
+            metric = f" ({c['simulator_metric']})" if c.get("simulator_metric") else ""
+            lines.append(f"- hypothesis simulator with logical reads reproduces P to {c['simulator_check']:.1e}"
+                         + metric)
+    if report.get("pending"):
+        lines += ["", "## Pending (jobs not all done)", "",
+                  "| config | laws | draws done per arm | failed in this run (the next run retries) |",
+                  "|---|---|---|---|"]
+        lines += [f"| {p['id']} | {'done' if p['laws'] else 'pending'} | "
+                  + ", ".join(f"{arm} {n}" for arm, n in p["draws"].items())
+                  + f" | {p['failed'] or p.get('waiting') or '-'} |"
+                  for p in report["pending"]]
+    return "\n".join(lines) + "\n"

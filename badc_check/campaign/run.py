@@ -1,0 +1,223 @@
+"""`badc run`: seal a campaign, run its jobs, decide, confirm repairs, and write the report.
+
+A configuration's work is split into jobs: its exact laws, then shards of draws per arm. A job's result
+is a file written atomically; a job whose file exists is never run again, and a shard that was cut off
+goes on from its last checkpoint (every 30 s). So a worker that dies, an engine that crashes the
+process, or an interrupted campaign loses at most the last half-minute of each shard in flight, and
+running the same command again completes the sealed roster (each draw's seed is a function of the
+campaign seed, config, arm and index). Configs whose build is not declared or not set up are reported
+INCONCLUSIVE with the reason, never dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from badc_check.builds import build_for
+from badc_check.campaign.executors import Executor
+from badc_check.campaign.merge import FolderDecision, anytime_decision, decide_from_folder, inconclusive
+from badc_check.campaign.plan import Job, confirmation_jobs, discovery_jobs
+from badc_check.campaign.progress import Progress
+from badc_check.campaign.report import report_markdown
+from badc_check.campaign.seal import check_seal, write_json
+from badc_check.campaign.spec import Campaign, CampaignError
+from badc_check.campaign.validate import validate_native
+from badc_check.confirmation import not_attempted
+from badc_check.decide import INCONCLUSIVE, ConfigDecision
+from badc_check.looks import planned_looks
+from badc_check.selection import confirmation_m, select_confirmations
+from badc_replay.arms import checkpoint_interval
+
+RETRIES = 2  # a failed job is re-run this many times before its config is given up
+
+
+def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, executor: str = "local",
+                 log: Callable[[str], None] | None = None, plots: bool = True, partial: bool = False,
+                 only: list[str] | None = None) -> dict[str, Any]:
+    """Run the sealed roster's missing jobs, then decide every config. With `partial`, run nothing:
+    decide the configs whose jobs are all done (with the whole roster's m, so their bounds are the
+    final ones), list the others as pending, and write report-partial.json and .md. With `only`, run
+    just those configs' jobs (the roster, its seal and m stay whole, so the draws and bounds are the
+    ones a full run gives) and write the partial report, or the full one once every job is done.
+
+    Discovery (laws, off and on arms) runs first; then the configs selected for confirmation
+    (badc_check/selection.py: one eligible, calibrated, compatible FAILS per cause and build, by sealed
+    priority) get their confirmation arms."""
+    out = Path(out)
+    if partial and not (out / "seal.json").exists():
+        raise CampaignError(f"{out} holds no sealed campaign to report on")
+    if only is not None:
+        unknown = sorted(set(only) - {c["id"] for c in campaign.configs})
+        if unknown or not only:
+            ids = ", ".join(c["id"] for c in campaign.configs)
+            raise CampaignError(f"--only: {', '.join(unknown) + ' not' if unknown else 'names no config'} in "
+                                f"campaign {campaign.name!r} (its configs: {ids})")
+    try:  # the workers read it: refuse a bad value here, before any of them starts
+        checkpoint_interval()
+    except ValueError as e:
+        raise CampaignError(str(e)) from None
+    if not partial:  # engine-native keywords, judged by each build before anything is sealed
+        validate_native(campaign, executor)
+    out.mkdir(parents=True, exist_ok=True)
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    seal = check_seal(campaign, out)
+    marker = out / "RUNNING"
+    interrupted_before = marker.exists()
+    if not partial:
+        if interrupted_before:
+            log(f"{out}: an earlier run was interrupted; completing its sealed roster")
+        marker.write_text(str(os.getpid()))
+    start = time.monotonic()
+    results: dict[str, dict[str, Any]] = {}
+    progress = Progress(log=log)
+    plans: dict[str, list[Job]] = {}
+    pythons: dict[str, str] = {}
+    for c in campaign.configs:
+        try:
+            inline = executor == "inline"
+            pythons[c["id"]] = sys.executable if inline else str(build_for(c["engine"], c["build"]).python)
+        except LookupError as e:
+            results[c["id"]] = inconclusive(c, str(e))
+            continue
+        plans[c["id"]] = discovery_jobs(campaign, c)
+        if not partial:
+            cfg_path = out / "configs" / f"{c['id']}.json"
+            cfg_path.parent.mkdir(exist_ok=True)
+            write_json(cfg_path, c)
+    chosen = {cid for cid in plans if only is None or cid in only}  # what this run runs
+    ex = Executor(executor, workers, progress, log)
+
+    def run(jobs: dict[str, list[Job]], looks: bool = False) -> None:
+        """Laws first (a config without its laws cannot be decided), then every shard, retried on failure.
+        With `looks` (discovery under --anytime), shards run look by look, and a config whose look
+        decided (FAILS with eligible evidence, or VOID) runs no more of them."""
+        for cid, js in jobs.items():  # so the progress and time left are this run's
+            for j in js if cid in chosen else ():
+                if j.kind == "shard":
+                    progress.totals[(cid, j.arm)] = progress.totals.get((cid, j.arm), 0) + j.count
+                    if j.output(out).exists():
+                        progress.done[(cid, j.arm)] = progress.done.get((cid, j.arm), 0) + j.count
+                        progress.timed(j.output(out))
+        waves = planned_looks(campaign.draws) if looks else [None]
+        stopped: set[str] = set()
+        for phase in () if partial else ("laws", "shard"):
+            for look in waves if phase == "shard" else [None]:
+                lo = 0 if look is None or look.index == 1 else waves[look.index - 2].draws
+                hi = campaign.draws if look is None else look.draws
+                for attempt in range(RETRIES + 1):
+                    todo = [(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed,
+                                          seal["seal"]))
+                            for cid, js in jobs.items() if cid in chosen and cid not in stopped for j in js
+                            if j.kind == phase and not j.output(out).exists()
+                            and (look is None or lo <= j.start < hi)]
+                    if not todo:
+                        break
+                    if attempt:
+                        log(f"retrying {len(todo)} failed {phase} job(s) (attempt {attempt + 1})")
+                    ex.run(todo, out, campaign.seed, seal["seal"])
+                if look is not None and look.index < look.of:
+                    for cid in set(jobs) & chosen - stopped:
+                        found = anytime_decision(jobs[cid][0].config, jobs[cid], out, campaign, campaign.m)
+                        if found is not None and found.decision.look["look"] <= look.index:
+                            stopped.add(cid)
+                            log(f"{cid}: {found.decision.decision} at look {look.index} of {look.of} "
+                                f"({look.draws:,} draws per arm): its remaining shards are not needed")
+
+    reused = sum(1 for jobs in plans.values() for j in jobs if j.output(out).exists())
+    run(plans, looks=campaign.anytime)
+    incomplete = partial  # the report is partial: asked for, or an --only run left other configs' jobs
+
+    def missing(jobs: list[Job]) -> list[Job]:
+        return [j for j in jobs if not j.output(out).exists()]
+
+    def failed(cid: str, jobs: list[Job]) -> str | None:  # tried RETRIES + 1 times in this run
+        left = missing(jobs)
+        return (f"{len(left)} job(s) failed after {RETRIES + 1} attempts (first: {left[0].label})"
+                if left and not partial and cid in chosen else None)
+
+    m = campaign.m
+    found: dict[str, FolderDecision] = {}  # discovery decisions (anytime: a config decided at an early look
+    for cid, jobs in plans.items():        # needs none of its later shards)
+        got = anytime_decision(jobs[0].config, jobs, out, campaign, m) if campaign.anytime else \
+            None if missing(jobs) else decide_from_folder(jobs[0].config, jobs, out, campaign, m)
+        if got is not None:
+            found[cid] = got
+    if only is not None and not partial:
+        if not interrupted_before:  # this run was not cut off; an earlier one's mark stays for the final report
+            marker.unlink(missing_ok=True)
+        incomplete = len(found) < len(plans)
+    states: dict[str, ConfigDecision | str | None] = {cid: r["decision"] for cid, r in results.items()}
+    states.update({cid: found[cid].decision if cid in found else None if incomplete else INCONCLUSIVE
+                   for cid in plans})
+    selection = select_confirmations(campaign.configs, states)
+    confirm = {cid: confirmation_jobs(campaign, plans[cid][0].config) for cid in selection.attempts}
+    confirm = {cid: jobs for cid, jobs in confirm.items() if jobs}
+    if confirm:
+        reused += sum(1 for jobs in confirm.values() for j in jobs if j.output(out).exists())
+        run(confirm)
+        if only is not None and not partial:
+            incomplete = incomplete or any(missing(jobs) for jobs in confirm.values())
+    waiting = set(selection.pending) if campaign.confirm_draws else set()  # their group is not decided yet
+    decided: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}  # laws and merged arms
+    pending: list[dict[str, Any]] = []
+    resumed = 0  # draws of decided configs that shards took over from checkpoints of cut-off runs
+    for cid, jobs in plans.items():
+        config = jobs[0].config
+        conf_jobs = confirm.get(cid, [])
+        left = ([] if cid in found else missing(jobs)) + missing(conf_jobs)
+        why = failed(cid, jobs + conf_jobs) if left else None
+        if (left or cid in waiting) and incomplete:
+            arms_done: dict[str, list[int]] = {}
+            for j in jobs[1:] + conf_jobs:
+                done_total = arms_done.setdefault(j.arm, [0, 0])
+                done_total[0] += j.count if j.output(out).exists() else 0
+                done_total[1] += j.count
+            pending.append({"id": cid, "laws": jobs[0].output(out).exists(), "failed": why,
+                            "draws": {arm: f"{d:,}/{t:,}" for arm, (d, t) in arms_done.items()}})
+            if cid in waiting and not left:
+                pending[-1]["waiting"] = "its confirmation is selected once every config of its build is decided"
+            if why:  # not decided: the next run retries them, so the partial report lists it as pending
+                log(f"{cid}: {why}; still pending, the next run retries them")
+            continue
+        if cid not in found:  # a whole run: every missing job was tried RETRIES + 1 times, so `why` is set
+            results[cid] = inconclusive(config, str(why))
+            continue
+        folder = found[cid]
+        if conf_jobs and not missing(conf_jobs):
+            folder = decide_from_folder(config, folder.jobs + conf_jobs, out, campaign, m, look=folder.look)
+        d = folder.decision
+        if conf_jobs and missing(conf_jobs):
+            object.__setattr__(d, "repair", not_attempted(config["repair"], f"confirmation jobs failed: {why}"))
+        elif cid in selection.not_attempted and campaign.confirm_draws:
+            object.__setattr__(d, "repair", not_attempted(config["repair"], selection.not_attempted[cid]))
+        resumed += folder.resumed
+        decided[cid] = (folder.laws, folder.arms)
+        results[cid] = {**d.to_dict(), "simulator_check": folder.laws.get("simulator_check"),
+                        "simulator_metric": folder.laws.get("simulator_metric"),
+                        "records_detail": {arm: folder.arms[arm]["records"] for arm in ("on", "off")}}
+        log(f"{cid}: {d.decision} (D {d.D:.4f}, witnesses {d.witnesses.count}, contract "
+            f"{(d.contract or {}).get('status', 'unchecked')})")
+    report = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
+              "threshold": campaign.threshold, "m": m, "confirm_m": confirmation_m(campaign.configs),
+              "anytime": [look.to_dict() for look in planned_looks(campaign.draws)] if campaign.anytime else None,
+              "draws": campaign.draws, "confirm_draws": campaign.confirm_draws,
+              "confirmation_attempts": list(selection.attempts), "interrupted": interrupted_before,
+              "jobs_reused": reused, "draws_resumed": resumed, "elapsed_s": round(time.monotonic() - start, 1),
+              "configs": [results[c["id"]] for c in campaign.configs if c["id"] in results]}
+    if incomplete:
+        report["pending"] = pending
+    else:
+        marker.unlink(missing_ok=True)
+    name = "report-partial" if incomplete else "report"
+    write_json(out / f"{name}.json", report)
+    (out / f"{name}.md").write_text(report_markdown(report))
+    if plots and not incomplete:
+        from badc_check.plots import plot_campaign
+
+        plot_campaign(out, report, decided)
+    return report

@@ -1,0 +1,237 @@
+"""The campaign file: read, validated completely, and the `Campaign` it describes (DESIGN.md,
+"Campaign file"; `[defaults]` is merged into every `[[config]]`, `[campaign] include` brings other files'
+configs). Every key is checked before anything is sealed or run: an unknown key, a wrong type or a bad
+value is an error naming the file, the config id, the key and the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic
+
+from badc_check.builds import load_builds
+from badc_check.looks import planned_looks
+from badc_replay.engine import ConfigError, nearest, strict, validation_problems
+from badc_replay.registry import UnknownEngineError, engine_names, get_engine
+from badc_replay.repairs import known_repairs
+
+ROLES = ("probe", "negative-control", "positive-control")
+BUILTIN = Path(str(files("badc_check") / "campaigns" / "builtin.toml"))
+SHARD = 20_000  # draws per job
+TOP_LEVEL = ("campaign", "defaults", "config")
+
+
+class CampaignError(ValueError):
+    pass
+
+
+@strict
+class CampaignTable:
+    """`[campaign]`."""
+
+    name: str | None = None
+    alpha: Annotated[float, pydantic.Field(gt=0, lt=1)] = 0.05
+    threshold: Annotated[float, pydantic.Field(gt=0, lt=1)] = 0.01
+    draws: Annotated[int, pydantic.Field(ge=1)] = 200_000
+    seed: Annotated[int, pydantic.Field(ge=0)] = 0
+    confirm_draws: Annotated[int, pydantic.Field(ge=0)] = 0
+    shard: Annotated[int, pydantic.Field(ge=1)] = SHARD
+    m: Annotated[int, pydantic.Field(ge=1)] | None = None
+    include: list[str] = dataclasses.field(default_factory=list)
+    anytime: bool = False
+
+
+@strict
+class ConfigKeys:
+    """The keys of a `[[config]]` that badc reads itself (every other key is the engine's)."""
+
+    id: Annotated[str, pydantic.Field(min_length=1)]
+    engine: Annotated[str, pydantic.Field(min_length=1)]
+    build: Annotated[str, pydantic.Field(min_length=1)]
+    role: Literal["probe", "negative-control", "positive-control"] = "probe"
+    priority: int | None = None  # lower is confirmed first (selection.py)
+    hypothesis: str | None = None
+    predicates: list[str] = dataclasses.field(default_factory=list)
+    repair: str | None = None
+
+
+@dataclass
+class Campaign:
+    path: str
+    name: str
+    alpha: float
+    threshold: float
+    draws: int
+    seed: int
+    confirm_draws: int
+    configs: list[dict[str, Any]]
+    shard: int = SHARD  # draws per job: changes how work is spread, never the draws or their seeds
+    family_m: int | None = None  # the study's multiplicity family when it is larger than this roster
+    anytime: bool = False  # stop a config at its first planned look with an eligible FAILS or VOID (looks.py)
+
+    @property
+    def m(self) -> int:
+        """Configurations in the multiplicity family: `[campaign] m`, or the roster (with its includes)."""
+        return self.family_m or len(self.configs)
+
+    def seal(self) -> dict[str, Any]:
+        """Hashes of everything a decision depends on, taken before the first decision draw."""
+        def h(obj: Any) -> str:
+            return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+        settings = {"alpha": self.alpha, "threshold": self.threshold, "draws": self.draws, "seed": self.seed,
+                    "confirm_draws": self.confirm_draws}
+        if self.family_m is not None:  # only when set, so that earlier seals stay valid
+            settings["m"] = self.family_m
+        if self.anytime:
+            settings["anytime"] = {"looks": [look.to_dict() for look in planned_looks(self.draws)]}
+        parts = {"configs": {c["id"]: h(c) for c in self.configs},
+                 "settings": h(settings),
+                 "seed_roster": h({"seed": self.seed, "rule": "blake2b(seed|config|arm|index)"}),
+                 "hypotheses": h({c["id"]: c.get("hypothesis") for c in self.configs}),
+                 "repairs": h({c["id"]: c.get("repair") for c in self.configs})}
+        return {"campaign": self.name, "seal": h(parts), "parts": parts}
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise CampaignError(f"{path}: not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise CampaignError(f"{path}: not valid TOML: {e}") from None
+
+
+def _check_config(config: dict[str, Any], from_defaults: set[str]) -> list[str]:
+    """Every problem of one `[[config]]`, each naming its key (and `[defaults]` when the key came from there)."""
+    def mark(problem: str) -> str:
+        key = problem.split("'")[1].split(".")[0] if "'" in problem else ""
+        return f"{problem} (set in [defaults])" if key in from_defaults else problem
+
+    badc_keys = {f.name for f in dataclasses.fields(ConfigKeys)}
+    problems = []
+    try:
+        ConfigKeys(**{k: v for k, v in config.items() if k in badc_keys})
+    except pydantic.ValidationError as e:
+        problems += validation_problems(ConfigKeys, e)
+    name = config.get("engine")
+    if not isinstance(name, str) or not name:
+        return [mark(p) for p in problems]
+    try:
+        engine = get_engine(name)
+    except UnknownEngineError:
+        return [mark(p) for p in problems] + [f"key 'engine': unknown engine {name!r} "
+                                               f"({nearest(name, engine_names())})"]
+    try:
+        engine.parse_config(config)
+    except ConfigError as e:
+        problems += e.problems
+    hypothesis, predicates = config.get("hypothesis"), config.get("predicates")
+    if isinstance(hypothesis, str) and hypothesis not in engine.hypotheses:
+        problems.append(f"key 'hypothesis': {engine.name} has no hypothesis {hypothesis!r} "
+                        f"({nearest(hypothesis, list(engine.hypotheses))})")
+    for p in predicates if isinstance(predicates, list) else ():
+        if isinstance(p, str) and p not in engine.predicates:
+            problems.append(f"key 'predicates': {engine.name} has no predicate {p!r} "
+                            f"({nearest(p, list(engine.predicates))})")
+    repairs, repair = known_repairs(), config.get("repair")
+    if isinstance(repair, str) and repair not in repairs:
+        problems.append(f"key 'repair': no frozen repair {repair!r} ({nearest(repair, repairs)})")
+    return [mark(p) for p in problems]
+
+
+def _configs_of(path: str, doc: dict[str, Any], seen: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The file's [[config]] tables with its [defaults] merged in, then those of the files it includes
+    (`[campaign] include`, paths relative to the file; each brings its own [defaults]). Every config is
+    validated; all problems of all configs are reported together."""
+    for key in doc:
+        if key not in TOP_LEVEL:
+            raise CampaignError(f"{path}: unknown table [{key}] ({nearest(key, TOP_LEVEL)})")
+    defaults = doc.get("defaults", {})
+    raw = doc.get("config", [])
+    if not isinstance(defaults, dict):
+        raise CampaignError(f"{path}: [defaults] must be a table")
+    if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
+        raise CampaignError(f"{path}: [[config]] must be an array of tables")
+    include = _table(path, doc).include
+    configs, problems = [], []
+    for i, c in enumerate(raw):
+        merged = {**defaults, **c}
+        cid = merged.get("id")
+        where = f"{path}: config {cid}" if isinstance(cid, str) and cid else f"{path}: config[{i}]"
+        problems += [f"{where}: {p}" for p in _check_config(merged, set(defaults) - set(c))]
+        configs.append(merged)
+    if problems:
+        raise CampaignError("\n".join(problems))
+    for rel in include:
+        sub = str(Path(path).parent / rel)
+        if Path(sub).resolve() in {Path(p).resolve() for p in seen}:
+            raise CampaignError(f"{path}: include {rel!r} includes itself (through {' -> '.join(seen)})")
+        configs += _configs_of(sub, _read_toml(sub), (*seen, sub))
+    return configs
+
+
+def _table(path: str, doc: dict[str, Any]) -> CampaignTable:
+    raw = doc.get("campaign", {})
+    if not isinstance(raw, dict):
+        raise CampaignError(f"{path}: [campaign] must be a table")
+    try:
+        return CampaignTable(**raw)
+    except pydantic.ValidationError as e:
+        raise CampaignError("\n".join(f"{path}: [campaign]: {p}"
+                                       for p in validation_problems(CampaignTable, e))) from None
+
+
+def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: int | None = None,
+                  anytime: bool | None = None) -> Campaign:
+    path = str(path)
+    doc = _read_toml(path)
+    table = _table(path, doc)
+    configs = _configs_of(path, doc, (path,))
+    if not configs:
+        raise CampaignError(f"{path}: needs at least one [[config]] table (its own or an included file's)")
+    ids = [c["id"] for c in configs]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise CampaignError(f"{path}: duplicate config ids: {', '.join(dup)}")
+    if table.m is not None and table.m < len(configs):
+        raise CampaignError(f"{path}: [campaign] m must be an integer >= the {len(configs)} configs of the roster, "
+                            f"got {table.m!r}")
+    for name, v in (("--draws", draws), ("--confirm", confirm_draws)):
+        if v is not None and v < (1 if name == "--draws" else 0):
+            raise CampaignError(f"{name} must be {'positive' if name == '--draws' else '>= 0'}, got {v}")
+    return Campaign(path=path, name=table.name or Path(path).stem, alpha=table.alpha, threshold=table.threshold,
+                    draws=draws if draws is not None else table.draws, seed=table.seed,
+                    confirm_draws=confirm_draws if confirm_draws is not None else table.confirm_draws,
+                    configs=configs, shard=table.shard, family_m=table.m,
+                    anytime=anytime if anytime is not None else table.anytime)
+
+
+def installed_only(campaign: Campaign, log: Callable[[str], None] | None = None) -> Campaign:
+    """The campaign without the configs whose build is not set up here (the built-in campaign runs on
+    every installed engine); refuses when nothing is left."""
+    builds = load_builds()
+    keep, dropped = [], []
+    for c in campaign.configs:
+        b = builds.get(f"{c['engine']}-{c['build']}")
+        (keep if b is not None and b.installed else dropped).append(c)
+    if dropped:
+        (log or (lambda m: print(m, file=sys.stderr)))(
+            "badc run: left out (build not set up): " + ", ".join(f"{c['id']} ({c['engine']}-{c['build']})"
+                                                                   for c in dropped))
+    if not keep:
+        raise CampaignError("no engine build is set up: run `python3.11 tools/setup_envs.py`")
+    return dataclasses.replace(campaign, configs=keep)
+
+

@@ -1,0 +1,50 @@
+"""Engine-native keys (`generate()` keywords, `SamplingParams` fields) judged by the installed engine
+itself, under each build's interpreter, before a campaign is sealed: a key the engine does not take is
+an error naming the file, the config, the key and the nearest valid key, never a failed job hours later."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from badc_check.builds import build_for
+from badc_check.campaign.spec import Campaign, CampaignError
+
+
+def _problems(python: str, configs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    with tempfile.TemporaryDirectory(prefix="badc-validate-") as tmp:
+        path = Path(tmp) / "configs.json"
+        path.write_text(json.dumps(configs))
+        proc = subprocess.run([python, "-m", "badc_replay.worker", str(path), "--validate"], capture_output=True,
+                              text=True, timeout=600)
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        raise CampaignError(f"validating engine keywords under {python} failed (exit {proc.returncode}): {tail}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def validate_native(campaign: Campaign, executor: str = "local") -> None:
+    """Raise CampaignError listing every engine-native key an installed build refuses. Configs whose build
+    is not set up are left to the runner (it reports them INCONCLUSIVE)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for c in campaign.configs:
+        try:
+            python = sys.executable if executor == "inline" else str(build_for(c["engine"], c["build"]).python)
+        except LookupError:
+            continue
+        groups.setdefault(python, []).append(c)
+    if executor == "inline":
+        from badc_replay.worker import validate
+
+        found = [validate(configs) for configs in groups.values()]
+    else:
+        with ThreadPoolExecutor(max_workers=max(len(groups), 1)) as pool:
+            found = list(pool.map(lambda item: _problems(*item), groups.items()))
+    problems = [f"{campaign.path}: config {cid}: {p}" for result in found for cid, ps in result.items() for p in ps]
+    if problems:
+        raise CampaignError("\n".join(problems))

@@ -1,0 +1,99 @@
+"""llama-cpp-python: the harness (config -> engine call -> outcome) and the kernel adapter.
+
+The kernel adapter enumerates exact output laws by driving the engine itself with *scripted
+sampling*: `Llama.sample` is replaced on one instance by a function that computes the processed
+next-token law at the position being sampled and returns a token chosen by the enumerator. Prompt
+handling, processor calls and their state, stopping criteria, stop strings, EOS handling and the
+return map are therefore the engine's own (adapter conditions A1, A2, A4); processors are created
+fresh for every enumerated path and replayed along it (A3). Only the C sampler chain, which runs
+inside llama.cpp, is mirrored in numpy (`mirror_chain`), each step citing the vendored source.
+
+The same enumeration with speculation on gives an executable hypothesis: the law the engine returns
+when each sample call draws fresh randomness from the law it computes. Two switches set the
+speculation-sensitive reads to their logical values:
+
+- `processor_view="logical"`: processors see the position's logical prefix instead of the
+  evaluation buffer (`self._input_ids`, which holds unverified drafts) -- H-D1-phys's read;
+- `postcheck_view="logical"`: the stopping re-check after the loop in `_create_completion` sees the
+  tokens sequential decoding would have evaluated instead of the buffer -- H-D3-postcheck's read.
+
+With both logical, speculation-on enumeration must reproduce P (the speculation-off law) to 1e-12.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from badc_replay.contract import Violation
+from badc_replay.engine import Engine, SimulatorCheck
+from badc_replay.engines.llama_cpp.config import LlamaConfig
+from badc_replay.engines.llama_cpp.contract import check_request
+from badc_replay.engines.llama_cpp.features import parity_violations
+from badc_replay.engines.llama_cpp.harness import Harness
+from badc_replay.engines.llama_cpp.kernel import KernelAdapter, LogitOracle
+from badc_replay.engines.llama_cpp.records import check_records
+from badc_replay.enumeration import ExactLaw
+
+HYPOTHESES = {
+    # H-D1-phys: processors read the evaluation buffer, logits are taken at the logical prefix.
+    "H-D1-phys": {"processor_view": "physical", "postcheck_view": "logical"},
+    # H-D3-postcheck: the stopping re-check after the loop reads the buffer with unrolled drafts.
+    "H-D3-postcheck": {"processor_view": "logical", "postcheck_view": "physical"},
+}
+
+
+class LlamaCppEngine(Engine):
+    name = "llama_cpp"
+    package = "llama-cpp-python"
+    config_class = LlamaConfig
+    hypotheses = HYPOTHESES
+    predicates = ("allowed_tokens",)
+    simulator_metric = "max abs difference"
+
+    def harness(self, cfg: LlamaConfig, speculative: bool) -> Harness:
+        return Harness(cfg, speculative)
+
+    def trace_config(self, cfg: LlamaConfig, arm: str) -> dict[str, Any]:
+        return {"id": cfg.id, "arm": arm, "processors": cfg.processors, "stopping": cfg.stopping}
+
+    def returns_records(self, cfg: LlamaConfig) -> bool:
+        return cfg.sampling.get("logprobs") is not None
+
+    def check_records(self, cfg: LlamaConfig, harness: Harness, trace_path: str) -> dict[str, Any]:
+        return check_records(trace_path, LogitOracle(harness))
+
+    def reference_law(self, cfg: LlamaConfig) -> ExactLaw:
+        return KernelAdapter(cfg).exact_law()
+
+    def hypothesis_law(self, cfg: LlamaConfig, hypothesis: str) -> ExactLaw:
+        if hypothesis not in HYPOTHESES:
+            return super().hypothesis_law(cfg, hypothesis)
+        return KernelAdapter(cfg, speculative=True, **HYPOTHESES[hypothesis]).exact_law()
+
+    def simulator_check(self, cfg: LlamaConfig) -> SimulatorCheck:
+        """With every speculation-sensitive read set to its logical value, the speculative enumeration
+        must reproduce P: the largest absolute difference (0 up to summation order)."""
+        p = self.reference_law(cfg).law
+        q = KernelAdapter(cfg, speculative=True, processor_view="logical", postcheck_view="logical").exact_law().law
+        return SimulatorCheck(self.simulator_metric, max(abs(p.get(y, 0.0) - q.get(y, 0.0)) for y in set(p) | set(q)))
+
+    def predicate(self, name: str, cfg: LlamaConfig) -> Callable[[str], bool]:
+        """`allowed_tokens`: a returned token outside the parity processor's allowed set at its position."""
+        from badc_trace.outcomes import parse_outcome
+
+        if name == "allowed_tokens":
+            # Absolute positions: a prompt given as text is one token per character on the tiny model.
+            n_prompt = len(cfg.prompt)
+            return lambda y: parity_violations(parse_outcome(y).tokens, n_prompt)
+        return super().predicate(name, cfg)
+
+    def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],
+                      context: Any = None) -> list[Violation]:
+        return check_request(records, config)
+
+
+ENGINE = LlamaCppEngine()
+
+__all__ = ["ENGINE", "HYPOTHESES", "Harness", "KernelAdapter", "LlamaConfig", "LlamaCppEngine", "LogitOracle",
+           "check_records", "check_request"]

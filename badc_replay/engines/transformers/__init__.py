@@ -1,0 +1,137 @@
+"""Hugging Face transformers: harness, kernel adapter, executable hypotheses, contract replay, collection.
+
+The kernel adapter (A1-A4) is the engine itself: `generate()` with speculation off, on the same
+prompt, horizon, EOS, stop strings and generation keywords, with `torch.multinomial` scripted, so that
+every run builds fresh processors and stopping criteria with the engine's own factories
+(`_get_logits_processor`, `_get_stopping_criteria`) and replays stateful processors along the prefix
+it decodes. Enumerating the scripts gives the exact law P of returned outputs.
+
+The executable hypotheses are a separate simulator of assisted decoding with prompt lookup
+(`AssistedSimulator`): the drafter's candidate filtering on all-one placeholder scores, verification
+calls at h, h.d1, h.d1.d2, ... computed before sampling, sample-and-match acceptance, the length budget,
+and stopping evaluated on the committed ids after each block. Its switches: processors `persistent`
+(one list for the request, never rolled back: H-D2-cfg, H-D2-synthid, H-D2-xgr) or `fresh` (replayed
+from the factory along each position's prefix), and stopping at `block` ends (H-D3-stopstring) or at
+every committed token (`sequential`). With `fresh` and `sequential` it must reproduce P
+(`simulator_check`).
+
+Nothing here imports torch or transformers at module level: the main environment imports this module
+for predicates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from badc_replay.contract import Violation
+from badc_replay.engine import Engine, SimulatorCheck, nearest
+from badc_replay.engines.transformers.config import TransformersConfig
+from badc_replay.engines.transformers.contract import _text, check_request
+from badc_replay.engines.transformers.harness import Harness
+from badc_replay.engines.transformers.kernel import Kernel
+from badc_replay.engines.transformers.records import check_records
+from badc_replay.engines.transformers.simulator import HYPOTHESES, AssistedSimulator
+from badc_replay.enumeration import ExactLaw
+from badc_trace.outcomes import parse_outcome
+
+
+class TransformersEngine(Engine):
+    name = "transformers"
+    package = "transformers"
+    config_class = TransformersConfig
+    trace_level = "full"  # D2 replay compares each processor's recorded scores
+    hypotheses = HYPOTHESES
+    predicates = ("max_new_tokens", "stop_strings")
+    simulator_metric = "max abs difference"
+    progress_every = 500
+
+    def parse_config(self, d: Mapping[str, Any]) -> TransformersConfig:
+        return super().parse_config({k: v for k, v in d.items() if k != "arm"})  # a trace header's config has it
+
+    def check_native(self, cfg: TransformersConfig) -> list[str]:
+        import inspect
+
+        from transformers import GenerationConfig, GenerationMixin
+
+        valid = set(GenerationConfig().to_dict()) | set(inspect.signature(GenerationMixin.generate).parameters)
+        valid |= {"tokenizer"}  # taken from **kwargs by generate() (stop strings)
+        valid -= {"self", "inputs", "kwargs"}
+        return [f"unknown key 'generation.{k}' for transformers {self.version()}'s generate() "
+                f"({nearest(k, valid)})" for k in cfg.generation if k not in valid]
+
+    def harness(self, cfg: TransformersConfig, speculative: bool) -> Harness:
+        return Harness(cfg, speculative)
+
+    def returns_records(self, cfg: TransformersConfig) -> bool:
+        return bool(cfg.generation.get("output_scores") or cfg.generation.get("output_logits"))
+
+    def check_records(self, cfg: TransformersConfig, harness: Harness, trace_path: str) -> dict[str, Any]:
+        return check_records(trace_path, Kernel(cfg))
+
+    def reference_law(self, cfg: TransformersConfig) -> ExactLaw:
+        return Kernel(cfg).exact_law()
+
+    def hypothesis_law(self, cfg: TransformersConfig, hypothesis: str) -> ExactLaw:
+        if hypothesis not in HYPOTHESES:
+            return super().hypothesis_law(cfg, hypothesis)
+        return AssistedSimulator(Kernel(cfg), **HYPOTHESES[hypothesis]).exact_law()
+
+    def simulator_check(self, cfg: TransformersConfig) -> SimulatorCheck:
+        """With fresh processors at every position and sequential stopping, the simulator must reproduce P:
+        the largest absolute difference (float32 block-versus-step logits: ~1e-7)."""
+        kernel = Kernel(cfg)
+        p = kernel.exact_law().law
+        q = AssistedSimulator(kernel, "fresh", "sequential").exact_law().law
+        return SimulatorCheck(self.simulator_metric, max(abs(p.get(y, 0.0) - q.get(y, 0.0)) for y in set(p) | set(q)))
+
+    def predicate(self, name: str, cfg: TransformersConfig) -> Callable[[str], bool]:
+        """Registered witness predicates: True when an outcome violates.
+
+        - `max_new_tokens`: more than max_new_tokens new tokens returned;
+        - `stop_strings`: a stop string completed before the last returned token (generation went on
+          past a stop the sequential engine would have honoured).
+        """
+        if name == "max_new_tokens":
+            return lambda y: len(parse_outcome(y).tokens) > cfg.max_new_tokens
+        if name == "stop_strings":
+            if not str(cfg.model).startswith("tiny"):
+                raise ValueError(f"config {cfg.id}: predicate stop_strings decodes with the tiny model's vocabulary")
+            stops = list(cfg.generation.get("stop_strings") or [])
+            prompt = _text(cfg.prompt) if isinstance(cfg.prompt, list) else cfg.prompt
+
+            def past_stop(y: str) -> bool:
+                toks = parse_outcome(y).tokens
+                for j in range(1, len(toks)):  # a stop completed by new token j, with tokens after it
+                    text = prompt + _text(toks[:j])
+                    if any(text.endswith(s) for s in stops):
+                        return True
+                return False
+
+            return past_stop
+        return super().predicate(name, cfg)
+
+    def replay_context(self, header: Mapping[str, Any]) -> tuple[Kernel | None, str | None]:
+        """The kernel for D2/D3 when the trace's build is the one installed here; else why not."""
+        try:
+            version = self.version()
+        except Exception:
+            return None, ("D2 and D3 not checked: transformers is not installed here (replay under the build's "
+                          "interpreter)")
+        if header.get("build") != version:
+            return None, (f"D2 and D3 not checked: the trace is from transformers {header.get('build')}, {version} "
+                          "is here")
+        try:
+            return Kernel(self.parse_config(header.get("config", {}))), None
+        except (TypeError, ValueError, KeyError) as e:
+            return None, f"D2 and D3 not checked: the trace header's config is not a transformers config ({e})"
+
+    def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],
+                      context: Kernel | None = None) -> list[Violation]:
+        return check_request(records, config, context)
+
+
+ENGINE = TransformersEngine()
+
+__all__ = ["ENGINE", "HYPOTHESES", "AssistedSimulator", "Harness", "Kernel", "TransformersConfig", "TransformersEngine",
+           "check_records", "check_request"]

@@ -1,0 +1,88 @@
+"""Contract replay of one request's records: D1 without the engine; D2, D3 with the kernel (offline)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from badc_replay.contract import Violation
+from badc_replay.engines.transformers.config import NEG_INF_FLOOR, SCORE_TOLERANCE
+from badc_replay.engines.transformers.kernel import Kernel
+
+
+def _text(tokens: tuple[int, ...] | list[int]) -> str:
+    from badc_trace.tiny.transformers import VOCAB
+
+    return "".join(VOCAB[t] if 0 <= t < len(VOCAB) else "?" for t in tokens)
+
+
+
+def _floats(b: bytes) -> np.ndarray:
+    return np.frombuffer(b, dtype=np.float32)
+
+
+def _score_diff(expected: np.ndarray, seen: np.ndarray) -> float:
+    """Largest difference, with masked scores compared as masked."""
+    me, ms = expected <= NEG_INF_FLOOR, seen <= NEG_INF_FLOOR
+    if (me != ms).any():
+        return float("inf")
+    keep = ~me
+    return float(np.max(np.abs(expected[keep].astype(np.float64) - seen[keep]))) if keep.any() else 0.0
+
+
+def check_request(records: list[dict[str, Any]], config: Mapping[str, Any], context: Kernel | None = None) -> list[Any]:
+    """D1: each position's processor call sees its logical prefix (committed ids, plus drafts d1..di at
+    verification row i). D2 (kernel): each element's output equals a fresh element replayed along
+    that prefix and applied to the same incoming scores. D3 (kernel): stopping evaluated on committed
+    ids agrees with the sequential stop map, and no committed token lies past a sequential stop."""
+
+    out: list[Violation] = []
+    req = next((r for r in records if r["type"] == "request"), None)
+    ret = next((r for r in records if r["type"] == "return"), None)
+    if req is None:
+        return out
+    prompt = req["prompt"]
+    draft: dict[str, Any] | None = None
+    stop_map = context.stop_map if context is not None else None
+    checked_to = len(prompt)
+    for i, rec in enumerate(records):
+        kind = rec["type"]
+        if kind == "draft":
+            draft = rec
+        elif kind == "processor" and rec["role"] in ("verify", "step"):
+            ids = rec["ids"]
+            if rec["role"] == "verify" and draft is not None:
+                committed = draft["committed"]
+                expected = committed + draft["draft"][: max(len(ids) - len(committed), 0)]
+            else:
+                expected = prompt + (ret["tokens"] if ret else [])[: max(len(ids) - len(prompt), 0)]
+            if rec["proc"] == -1 and ids != expected:
+                out.append(Violation(rec["req"], i, "D1", f"processor list, {rec['role']} call", expected,
+                                     f"{len(expected)} ids (the position's logical prefix)", f"ids {ids}"))
+            if context is not None and rec["proc"] >= 0 and "scores_in" in rec:
+                want = context.expected_element(rec["proc"], ids, rec["scores_in"])
+                seen = _floats(rec["scores_out"])
+                diff = _score_diff(want, seen)
+                if diff > SCORE_TOLERANCE:
+                    out.append(Violation(rec["req"], i, "D2", f"processor {rec['proc']} ({rec['name']}), {rec['role']} "
+                                         f"call at position {len(ids) - len(prompt)}", ids,
+                                         f"scores of a fresh {rec['name']} replayed along the prefix: "
+                                         f"{np.round(want, 4).tolist()}",
+                                         f"{np.round(seen, 4).tolist()} (max difference {diff:.3g}; state "
+                                         f"{rec.get('state')})"))
+        elif kind == "stop_check" and stop_map is not None and rec.get("where", "committed") == "committed":
+            ids = rec["ids"]
+            for t in range(checked_to + 1, len(ids)):
+                if stop_map(ids[:t]):
+                    out.append(Violation(rec["req"], i, "D3", "stopping after a verification block", ids[:t],
+                                         f"stop after {t - len(prompt)} new tokens (sequential stop map)",
+                                         f"first evaluated at {len(ids) - len(prompt)} new tokens {ids[len(prompt):]}, "
+                                         f"result {rec['result']}"))
+                    break
+            if stop_map(ids) != rec["result"]:
+                out.append(Violation(rec["req"], i, "D3", "stopping on committed ids", ids,
+                                     f"stop map {stop_map(ids)}", f"result {rec['result']}"))
+            checked_to = max(checked_to, len(ids))
+    return out

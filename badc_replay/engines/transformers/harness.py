@@ -1,0 +1,110 @@
+"""Harness: one configuration on one model, `draw(seed)` as a user runs `generate()` (live)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from badc_replay.engines.transformers.config import TransformersConfig
+from badc_trace.outcomes import format_outcome
+
+
+def load_model(spec: str) -> tuple[Any, Any]:
+    from badc_trace.tiny import parse_model_spec
+    from badc_trace.tiny import transformers as tiny
+
+    seed = parse_model_spec("transformers", spec)
+    if seed is not None:
+        return tiny.build(seed)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(spec).eval(), AutoTokenizer.from_pretrained(spec)
+
+
+def _generation_kwargs(cfg: TransformersConfig, tokenizer: Any) -> dict[str, Any]:
+    kw: dict[str, Any] = {"do_sample": True, "max_new_tokens": cfg.max_new_tokens}
+    for k, v in cfg.generation.items():
+        if k == "watermarking_config" and isinstance(v, Mapping) and v.get("type") == "synthid":
+            from transformers import SynthIDTextWatermarkingConfig
+
+            v = SynthIDTextWatermarkingConfig(**{a: b for a, b in v.items() if a != "type"})
+        elif k == "sequence_bias":
+            v = {tuple(int(t) for t in ids): float(b) for ids, b in v}
+        kw[k] = v
+    if kw.get("stop_strings"):
+        kw["tokenizer"] = tokenizer
+    return kw
+
+
+def _compile_grammars(cfg: TransformersConfig, tokenizer: Any, model: Any) -> list[Any]:
+    compiled = []
+    for p in cfg.processors:
+        import xgrammar as xgr
+
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model.config.vocab_size)
+        compiled.append(xgr.GrammarCompiler(info).compile_grammar(p["grammar"]))
+    return compiled
+
+
+class Harness:
+    """Runs one configuration: `draw(seed)` -> outcome string."""
+
+    def __init__(self, cfg: TransformersConfig, speculative: bool):
+        import torch
+
+        self.cfg, self.speculative = cfg, speculative
+        if str(cfg.model).startswith("tiny"):
+            torch.set_num_threads(1)  # tiny models: threads only contend with the other workers
+        self.model, self.tok = load_model(cfg.model)
+        self.repair_target = self.model  # what a frozen repair patches
+        prompt = cfg.prompt if isinstance(cfg.prompt, list) else self.tok(cfg.prompt).input_ids
+        self.prompt = [int(t) for t in prompt]
+        self.input_ids = torch.tensor([self.prompt])
+        self.kwargs = _generation_kwargs(cfg, self.tok)
+        eos = self.model.generation_config.eos_token_id
+        self.eos = set(eos if isinstance(eos, list) else [eos])
+        self.grammars = _compile_grammars(cfg, self.tok, self.model)
+        self.spec_kwargs: dict[str, Any] = {}
+        if speculative:
+            d = cfg.drafter
+            if d["method"] == "prompt_lookup":
+                self.spec_kwargs = {"prompt_lookup_num_tokens": int(d.get("num_tokens", 3)),
+                                    "max_matching_ngram_size": int(d.get("max_ngram_size", 2))}
+            else:
+                assistant, _ = load_model(d.get("model", "tiny:11"))
+                self.spec_kwargs = {"assistant_model": assistant}
+                gc = assistant.generation_config
+                if "num_assistant_tokens" in d:
+                    gc.num_assistant_tokens = int(d["num_assistant_tokens"])
+                    gc.num_assistant_tokens_schedule = "constant"
+                gc.num_assistant_tokens_schedule = d.get("schedule", gc.num_assistant_tokens_schedule)
+                if "confidence_threshold" in d:
+                    gc.assistant_confidence_threshold = float(d["confidence_threshold"])
+
+    def call_kwargs(self) -> dict[str, Any]:
+        """generate() keywords for one request; third-party processors are made fresh for each
+        (xgrammar's keeps matcher state), from grammars compiled once."""
+        kw = {**self.kwargs, **self.spec_kwargs}
+        if self.grammars:
+            from transformers import LogitsProcessorList
+            from xgrammar.contrib.hf import LogitsProcessor as XgrProcessor
+
+            kw["logits_processor"] = LogitsProcessorList([XgrProcessor(g) for g in self.grammars])
+        return kw
+
+    def outcome(self, out: Any) -> str:
+        from badc_trace.engines.transformers import outcome_of
+
+        seqs = out.sequences if hasattr(out, "sequences") else out
+        return outcome_of([int(t) for t in seqs[0, len(self.prompt):].tolist()], self.eos, self.cfg.max_new_tokens)
+
+    def draw(self, seed: int) -> str:
+        import torch
+
+        torch.random.default_generator.manual_seed(seed)  # ~100x faster than torch.manual_seed
+        try:
+            with torch.no_grad():
+                out = self.model.generate(self.input_ids, **self.call_kwargs())
+        except Exception as e:  # raised to the caller: a crash outcome
+            return format_outcome([], f"crash:{type(e).__name__}")
+        return self.outcome(out)

@@ -1,0 +1,151 @@
+"""Kernel: the engine itself with speculation off and scripted sampling, its factories, logits and exact laws (live)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from badc_replay.engines.transformers.config import TransformersConfig
+from badc_replay.engines.transformers.harness import Harness
+from badc_replay.enumeration import Branch, Choose, ExactLaw, enumerate_law
+from badc_trace.outcomes import format_outcome
+
+
+class _Captured(Exception):
+    def __init__(self, processors: Any, stopping: Any):
+        self.processors, self.stopping = processors, stopping
+
+
+class Kernel:
+    """The sequential kernel of one configuration: model logits at a prefix, fresh processors and
+    stopping criteria from the engine's factories, the processed distribution at a logical prefix
+    (stateful processors replayed along it), and the exact law P."""
+
+    def __init__(self, cfg: TransformersConfig):
+        self.cfg = cfg
+        self.h = Harness(cfg, speculative=False)
+        self.model, self.prompt = self.h.model, self.h.prompt
+        self._logits: dict[tuple[int, ...], Any] = {}
+        self._replayed: dict[tuple[int, tuple[int, ...]], Any] = {}
+        self._expected: dict[tuple[int, tuple[int, ...], bytes], np.ndarray] = {}
+        self._stops: dict[tuple[int, ...], bool] = {}
+
+    def fresh(self) -> tuple[Any, Any]:
+        """(LogitsProcessorList, StoppingCriteriaList) exactly as generate() prepares them for this
+        configuration, captured before decoding starts."""
+        model = self.model
+        get_procs, get_stops = model._get_logits_processor, model._get_stopping_criteria
+        box: dict[str, Any] = {}
+
+        def procs(*a: Any, **k: Any) -> Any:
+            box["p"] = get_procs(*a, **k)
+            return box["p"]
+
+        def stops(*a: Any, **k: Any) -> Any:
+            raise _Captured(box["p"], get_stops(*a, **k))
+
+        model._get_logits_processor, model._get_stopping_criteria = procs, stops
+        try:
+            model.generate(self.h.input_ids, **self.h.call_kwargs())
+        except _Captured as c:
+            return c.processors, c.stopping
+        finally:
+            del model._get_logits_processor, model._get_stopping_criteria
+        raise RuntimeError(f"config {self.cfg.id}: generate() did not build its processors")
+
+    def logits(self, ids: list[int] | tuple[int, ...]) -> Any:
+        import torch
+
+        key = tuple(ids)
+        if key not in self._logits:
+            with torch.no_grad():
+                self._logits[key] = self.model(torch.tensor([key])).logits[0, -1].float()
+        return self._logits[key].clone()
+
+    def replayed(self, index: int, ids: list[int] | tuple[int, ...]) -> Any:
+        """A fresh element `index` of the processor list (-1: the whole list), called along the
+        prefixes prompt .. ids[:-1] as sequential decoding would (placeholder zero scores: the
+        registered stateful processors' state ignores scores), ready for its call at `ids`."""
+        import torch
+
+        key = (index, tuple(ids))
+        hit = self._replayed.get(key)
+        if hit is not None:
+            try:
+                return copy.deepcopy(hit, {id(self.model): self.model})
+            except Exception:  # a processor holding native state: replay it again
+                pass
+        procs, _ = self.fresh()
+        proc = procs if index < 0 else procs[index]
+        zeros = torch.zeros((1, self.model.config.vocab_size))
+        with torch.no_grad():  # a processor's tensors must be graph leaves to be copied
+            for t in range(len(self.prompt), len(ids)):
+                proc(torch.tensor([list(ids[:t])]), zeros.clone())
+        try:
+            self._replayed[key] = copy.deepcopy(proc, {id(self.model): self.model})
+        except Exception:
+            pass
+        return proc
+
+    def processed(self, ids: list[int] | tuple[int, ...], scores: Any = None) -> Any:
+        """The processed scores at logical prefix `ids`: the whole list, fresh and replayed, applied to
+        `scores` (default: the model logits at `ids`)."""
+        import torch
+
+        s = self.logits(ids) if scores is None else scores
+        proc = self.replayed(-1, ids)
+        with torch.no_grad():
+            return proc(torch.tensor([list(ids)]), s.reshape(1, -1).clone())[0]
+
+    def expected_element(self, index: int, ids: list[int], scores_in: bytes) -> np.ndarray:
+        """D2's expected output of element `index` at `ids` on the recorded incoming scores (cached:
+        the same prefix and incoming scores recur across draws)."""
+        import torch
+
+        key = (index, tuple(ids), scores_in)
+        hit = self._expected.get(key)
+        if hit is None:
+            proc = self.replayed(index, ids)
+            incoming = torch.from_numpy(np.frombuffer(scores_in, dtype=np.float32).copy()).reshape(1, -1)
+            with torch.no_grad():
+                hit = self._expected[key] = proc(torch.tensor([list(ids)]), incoming)[0].float().numpy()
+        return hit
+
+    def stop_map(self, ids: list[int] | tuple[int, ...]) -> bool:
+        """Whether fresh stopping criteria stop at `ids` (cached: they are a function of the ids)."""
+        import torch
+
+        key = tuple(ids)
+        if key not in self._stops:
+            _, stops = self.fresh()
+            with torch.no_grad():
+                self._stops[key] = bool(stops(torch.tensor([list(ids)]), None)[0])
+        return self._stops[key]
+
+    def exact_law(self) -> ExactLaw:
+        """P: the speculation-off engine with `torch.multinomial` scripted."""
+        import torch
+
+        original = torch.multinomial
+        h = self.h
+
+        def run(choose: Choose) -> str:
+            def multinomial(probs: Any, num_samples: int = 1, *a: Any, **k: Any) -> Any:
+                row = probs.reshape(-1, probs.shape[-1])[0].double().numpy()
+                return torch.tensor([[choose(row / row.sum())]])
+
+            torch.multinomial = multinomial
+            try:
+                with torch.no_grad():
+                    out = h.model.generate(h.input_ids, **h.call_kwargs())
+            except Branch:
+                raise
+            except Exception as e:
+                return format_outcome([], f"crash:{type(e).__name__}")
+            finally:
+                torch.multinomial = original
+            return h.outcome(out)
+
+        return enumerate_law(run, what=f"config {self.cfg.id}")

@@ -1,0 +1,32 @@
+"""Channel R: returned scores and logits against the kernel (live)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from badc_replay.engines.transformers.config import SCORE_TOLERANCE
+from badc_replay.engines.transformers.contract import _floats, _score_diff
+from badc_replay.engines.transformers.kernel import Kernel
+from badc_replay.records import RecordTally, returns_with_records
+
+
+def check_records(trace_path: str, kernel: Kernel) -> dict[str, Any]:
+    """D4: returned `scores[j]` against the processed scores at the token's logical prefix (fresh
+    processors replayed along it) and `logits[j]` against the raw model logits there."""
+    tally = RecordTally()
+    expected_cache: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
+    for prompt, rec in returns_with_records(trace_path, lambda r: "scores" in r or "logits" in r):
+        tally.start_draw()
+        for what in ("scores", "logits"):
+            for j, b in enumerate(rec.get(what) or []):
+                prefix = tuple(prompt + rec["tokens"][:j])
+                key = (what, prefix)
+                if key not in expected_cache:
+                    e = kernel.processed(prefix) if what == "scores" else kernel.logits(prefix)
+                    expected_cache[key] = e.float().numpy()
+                if _score_diff(expected_cache[key], _floats(b)) > SCORE_TOLERANCE:
+                    tally.mismatch(rec["req"], j + 1, record=what, expected=np.round(expected_cache[key], 5).tolist(),
+                                   seen=np.round(_floats(b), 5).tolist())
+    return tally.to_dict()

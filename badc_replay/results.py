@@ -1,0 +1,80 @@
+"""What a campaign worker hands the runner: typed results, written as JSON and validated when read back,
+so a wrong or missing key is an error naming the file and the key, never a KeyError later in a decision."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from typing_extensions import TypedDict
+
+from badc_replay.engine import strict, validation_problems
+
+
+class ResultError(ValueError):
+    pass
+
+
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+class Hypothesis(TypedDict):
+    id: str
+    law: dict[str, float]
+
+
+@strict
+class LawsResult:
+    """`laws/ID.json`: P, the registered hypothesis's law and the simulator check of one config."""
+
+    id: str
+    build: str
+    reference: dict[str, float]
+    paths: int
+    elapsed_s: float
+    support: int
+    hypothesis: Hypothesis | None = None
+    simulator_check: float | None = None
+    simulator_metric: str | None = None
+
+
+@strict
+class ShardResult:
+    """`shards/ID/ARM-START.json`: one shard's outcome counts, exercise, contract replay and records."""
+
+    id: str
+    arm: str
+    start: int
+    count: int
+    outcomes: dict[str, int]
+    proposed: int
+    accepted: int
+    violations: int
+    contract: dict[str, Any] | None
+    records: dict[str, Any] | None
+    counters: dict[str, int]
+    resumed: int
+    elapsed_s: float
+
+
+def to_json(result: LawsResult | ShardResult) -> dict[str, Any]:
+    d = asdict(result)
+    if isinstance(result, LawsResult):  # optional parts are left out, as before, when there is no hypothesis
+        d = {k: v for k, v in d.items() if v is not None}
+    return d
+
+
+def read_result(path: Path, kind: type[LawsResult] | type[ShardResult]) -> dict[str, Any]:
+    """The result file at `path`, validated against `kind`, as the dict the runner merges."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ResultError(f"{path}: not a readable result ({e})") from None
+    if not isinstance(raw, dict):
+        raise ResultError(f"{path}: expected a JSON object")
+    try:
+        kind(**raw)
+    except pydantic.ValidationError as e:
+        raise ResultError(f"{path}: " + "; ".join(validation_problems(kind, e))) from None
+    return raw

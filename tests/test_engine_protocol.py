@@ -1,0 +1,288 @@
+"""The engine protocol: the registry (built-in engines and entry points), strict configs with errors that
+name the file, config, key and nearest valid key, probes in OpenTelemetry's shape, package data."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from badc_check.campaign import CampaignError, load_campaign
+from badc_check.counts_io import CountsError, load_counts
+from badc_replay.engine import ConfigError, Engine
+from badc_replay.registry import UnknownEngineError, engine_names, get_engine
+from badc_trace.instrument import BaseInstrumentor, UnsupportedVersionError
+from badc_trace.registry import UnknownProbeError, probe_class
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The issue's typos: a top-level key, a drafter key and a sampling key, each one letter off.
+TYPOS = """
+[campaign]
+draws = 1000
+
+[defaults]
+engine = "llama_cpp"
+build = "0.3.36"
+
+[[config]]
+id = "T1"
+max_new_token = 8
+drafter = { method = "prompt_lookup", num_pred_token = 3 }
+sampling = { temperatur = 1.0 }
+
+[[config]]
+id = "T2"
+hypothesis = "H-D1-phis"
+repair = "llama_cpp/logical-prefx"
+role = "probes"
+"""
+
+
+def test_builtin_engines_are_registered_under_their_names_and_unknown_ones_get_the_nearest():
+    assert {"transformers", "llama_cpp", "vllm"} <= set(engine_names())
+    for name in ("transformers", "llama_cpp", "vllm"):
+        engine = get_engine(name)
+        assert isinstance(engine, Engine) and engine.name == name
+        assert probe_class(name).engine == name  # the same name in every layer
+    with pytest.raises(UnknownEngineError, match="did you mean 'llama_cpp'"):
+        get_engine("llama_cp")
+    with pytest.raises(UnknownProbeError, match="did you mean 'vllm'"):
+        probe_class("vlm")
+
+
+def test_an_out_of_tree_engine_and_probe_are_found_through_entry_points(tmp_path, monkeypatch):
+    (tmp_path / "fake_engine_mod.py").write_text(textwrap.dedent("""
+        from badc_replay.engine import Engine, strict
+        from badc_trace.instrument import BaseInstrumentor
+
+        @strict
+        class FakeConfig:
+            id: str
+            width: int = 2
+
+        class FakeEngine(Engine):
+            name = "fake"
+            package = "fake-engine"
+            config_class = FakeConfig
+
+            def harness(self, cfg, speculative):
+                raise NotImplementedError
+
+            def reference_law(self, cfg):
+                raise NotImplementedError
+
+            def check_request(self, records, config, context=None):
+                return []
+
+        class FakeInstrumentor(BaseInstrumentor):
+            engine, package, supported = "fake", "fake-engine", ">=1"
+
+            def _instrument(self, sink):
+                pass
+
+        ENGINE = FakeEngine()
+    """))
+    dist = tmp_path / "fake_engine-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-engine\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[badc.engines]\nfake = fake_engine_mod:ENGINE\n\n"
+                                           "[badc.probes]\nfake = fake_engine_mod:FakeInstrumentor\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    get_engine.cache_clear()
+    try:
+        engine = get_engine("fake")
+        assert engine.name == "fake" and "fake" in engine_names()
+        assert engine.parse_config({"id": "F", "engine": "fake", "build": "1.0", "width": 3}).width == 3
+        with pytest.raises(ConfigError, match=r"unknown key 'widht' \(did you mean 'width'\?\)"):
+            engine.parse_config({"id": "F", "widht": 3})
+        assert probe_class("fake").__name__ == "FakeInstrumentor"
+        assert type(engine.probe()).__name__ == "FakeInstrumentor"
+    finally:
+        get_engine.cache_clear()
+
+
+def test_every_typo_of_a_campaign_is_refused_before_anything_is_sealed(tmp_path):
+    path = tmp_path / "typos.toml"
+    path.write_text(TYPOS)
+    with pytest.raises(CampaignError) as e:
+        load_campaign(path)
+    lines = str(e.value).splitlines()
+    assert all(line.startswith(f"{path}: config T") for line in lines)
+    text = str(e.value)
+    for expected in ["config T1: unknown key 'max_new_token' (did you mean 'max_new_tokens'?)",
+                     "config T1: unknown key 'drafter.num_pred_token' (did you mean 'num_pred_tokens'?)",
+                     "config T1: unknown key 'sampling.temperatur' (did you mean 'temperature'?)",
+                     "config T2: key 'hypothesis': llama_cpp has no hypothesis 'H-D1-phis' (did you mean 'H-D1-phys'?)",
+                     "config T2: key 'repair': no frozen repair 'llama_cpp/logical-prefx' "
+                     "(did you mean 'llama_cpp/logical-prefix'?)",
+                     "config T2: key 'role': Input should be 'probe', 'negative-control' or 'positive-control'"]:
+        assert expected in text
+    # From the command line: exit 2, the same lines, no traceback, and no folder made or sealed.
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "badc_check.cli", "run", str(path), "--out", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "did you mean 'num_pred_tokens'?" in proc.stderr
+    assert "Traceback" not in proc.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[campaign]\ndraw = 10\n', r"\[campaign\]: unknown key 'draw' \(did you mean 'draws'\?\)"),
+    ('[campaign]\nalpha = 1.5\n', r"\[campaign\]: key 'alpha': Input should be less than 1"),
+    ('[campain]\n', r"unknown table \[campain\] \(did you mean 'campaign'\?\)"),
+    ('[defaults]\nengine = "vllm"\nbuild = "0.32.0"\nmax_new_tokens = 0\n[[config]]\nid = "V"\n',
+     r"config V: key 'max_new_tokens': Input should be greater than or equal to 1 \(got 0\) \(set in \[defaults\]\)"),
+    ('[[config]]\nid = "V"\nengine = "vllm"\nbuild = "0.32.0"\ndrafter = { method = "eagle" }\n',
+     r"config V: key 'drafter.method': Input should be 'ngram' \(got 'eagle'\)"),
+    ('[[config]]\nid = "H"\nengine = "transformers"\nbuild = "5.24.0"\nprocessors = [{ name = "xgr" }]\n',
+     r"config H: key 'processors.0.name': Input should be 'xgrammar'"),
+    ('[[config]]\nid = "L"\nengine = "llama_cpp"\nbuild = "0.3.36"\nprocessors = [{ name = "min_tokens" }]\n',
+     r"config L: key 'processors.0.min_tokens' is required"),
+    ('[[config]]\nid = "L"\nengine = "llama_cpp"\nbuild = "0.3.36"\npredicates = ["allowed"]\n',
+     r"config L: key 'predicates': llama_cpp has no predicate 'allowed' \(did you mean 'allowed_tokens'\?\)"),
+])
+def test_wrong_keys_types_and_ranges_are_refused_naming_them(tmp_path, text, message):
+    path = tmp_path / "c.toml"
+    path.write_text(text if "[[config]]" in text else text + '[[config]]\nid = "X"\nengine = "vllm"\nbuild = "1"\n')
+    with pytest.raises(CampaignError, match=message):
+        load_campaign(path)
+
+
+def test_every_shipped_campaign_validates():
+    for path in sorted((ROOT / "badc_check" / "campaigns").glob("*.toml")):
+        assert load_campaign(path).configs, path
+
+
+def test_a_counts_file_with_a_misspelled_key_is_refused_naming_the_nearest(tmp_path):
+    path = tmp_path / "counts.json"
+    path.write_text(json.dumps({"alpha": 0.05, "configs": [{"id": "A", "on": {"|eos": 1}, "off": {"|eos": 1},
+                                                            "refrence": {"|eos": 1.0}}]}))
+    with pytest.raises(CountsError, match=r"configs\[0\]\.refrence: unknown key 'refrence' \(did you mean "
+                                          r"'reference'\?\)"):
+        load_counts(path)
+    path.write_text(json.dumps({"alpah": 0.05, "configs": []}))
+    with pytest.raises(CountsError, match=r"alpah: unknown key 'alpah' \(did you mean 'alpha'\?\)"):
+        load_counts(path)
+
+
+class _Owner:
+    @staticmethod
+    def first(x):
+        return x
+
+    @staticmethod
+    def second(x):
+        return x
+
+
+class _Probe(BaseInstrumentor):
+    engine, package, supported = "probe-test", "probe-test", ">=0.32,<0.33"
+    version_here = "0.32.1"
+    fail_second = False
+
+    def installed_version(self):
+        return self.version_here
+
+    def _instrument(self, sink):
+        self._wrap(_Owner, "first", lambda wrapped, inst, args, kw: wrapped(*args, **kw) + 1)
+        if self.fail_second:
+            raise RuntimeError("cannot patch second")
+        self._wrap(_Owner, "second", lambda wrapped, inst, args, kw: wrapped(*args, **kw) + 1)
+
+
+def test_probes_compare_versions_as_pep_440_and_leave_nothing_patched():
+    probe = _Probe()
+    originals = (_Owner.__dict__["first"], _Owner.__dict__["second"])
+    assert probe.instrumentation_dependencies() == ("probe-test>=0.32,<0.33",)
+    for v, ok in (("0.32.0", True), ("0.32.1rc1", True), ("0.32.0rc1", False), ("0.33.0", False), ("junk", False)):
+        probe.version_here = v
+        if ok:
+            assert probe.check_version() == v
+        else:
+            with pytest.raises(UnsupportedVersionError, match=f"probe-test {v} is not supported"):
+                probe.check_version()
+    probe.version_here = "0.32.1"
+    probe.instrument()
+    probe.instrument()  # idempotent
+    assert probe.is_instrumented and _Owner.first(1) == 2 and _Owner.second(1) == 2
+    probe.uninstrument()
+    probe.uninstrument()
+    assert not probe.is_instrumented and (_Owner.__dict__["first"], _Owner.__dict__["second"]) == originals
+    # A patch that fails: the ones before it are undone and the probe is not marked instrumented.
+    probe.fail_second = True
+    with pytest.raises(RuntimeError, match="cannot patch second"):
+        probe.instrument()
+    assert not probe.is_instrumented and (_Owner.__dict__["first"], _Owner.__dict__["second"]) == originals
+    assert _Owner.first(1) == 1
+
+
+def test_campaigns_and_repairs_ship_in_the_wheel(tmp_path):
+    """Built as a wheel and installed in a fresh venv (no dependencies needed to find the files)."""
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                    str(wheels), str(ROOT)], check=True, capture_output=True)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    wheel = next(wheels.glob("badc-*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps",
+                    "-q", str(wheel)], check=True, capture_output=True)
+    probe = textwrap.dedent("""
+        from importlib.resources import files
+        campaigns = files("badc_check") / "campaigns"
+        patches = files("badc_replay") / "patches"
+        print(sorted(p.name for p in campaigns.iterdir() if p.name.endswith(".toml")))
+        print((campaigns / "paper" / "hf.toml").is_file(), (patches / "llama_cpp" / "logical-prefix" /
+              "intervention.py").is_file(), (patches / "vllm" / "cpu-expand" / "README.md").is_file())
+        print(files("badc_check").joinpath("campaigns").__fspath__().startswith(__import__("sys").prefix))
+    """)
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, cwd=tmp_path,
+                         check=True).stdout.splitlines()
+    assert "builtin.toml" in out[0] and "paper.toml" in out[0]
+    assert out[1] == "True True True" and out[2] == "True"  # read from the installed wheel, not the checkout
+
+
+def test_engine_native_keywords_are_judged_by_the_installed_build_before_the_seal(tmp_path):
+    """`generate()` keywords and `SamplingParams` fields only the engine knows: each build is asked."""
+    from badc_check.builds import load_builds
+    from badc_check.campaign import run_campaign
+
+    builds = load_builds()
+    needed = {"transformers-5.24.0": '{ guidance_scal = 1.5 }', "vllm-0.32.0": '{ min_token = 3 }'}
+    if not all(builds.get(b) is not None and builds[b].installed for b in needed):
+        pytest.skip(f"needs the builds {', '.join(needed)} set up")
+    path = tmp_path / "native.toml"
+    path.write_text('[campaign]\ndraws = 100\n\n'
+                    '[[config]]\nid = "H"\nengine = "transformers"\nbuild = "5.24.0"\n'
+                    f'generation = {needed["transformers-5.24.0"]}\n\n'
+                    '[[config]]\nid = "V"\nengine = "vllm"\nbuild = "0.32.0"\n'
+                    f'sampling = {needed["vllm-0.32.0"]}\n')
+    out = tmp_path / "out"
+    with pytest.raises(CampaignError) as e:
+        run_campaign(load_campaign(path), out, log=lambda m: None, plots=False)
+    text = str(e.value)
+    assert (f"{path}: config H: unknown key 'generation.guidance_scal' for transformers 5.24.0's generate() "
+            "(did you mean 'guidance_scale'?)") in text
+    assert (f"{path}: config V: unknown key 'sampling.min_token' for vllm 0.32.0's SamplingParams "
+            "(did you mean 'min_tokens'?)") in text
+    assert not (out / "seal.json").exists()
+
+
+def test_a_worker_result_with_a_missing_or_mistyped_key_is_an_error_naming_the_file_and_key(tmp_path):
+    from badc_replay.results import LawsResult, ResultError, ShardResult, read_result
+
+    shard = {"id": "A", "arm": "on", "start": 0, "count": 2, "outcomes": {"|eos": 2}, "proposed": 0, "accepted": 0,
+             "violations": 0, "contract": None, "records": None, "counters": {}, "resumed": 0, "elapsed_s": 0.5}
+    path = tmp_path / "on-0.json"
+    path.write_text(json.dumps(shard))
+    assert read_result(path, ShardResult) == shard
+    path.write_text(json.dumps({k: v for k, v in shard.items() if k != "outcomes"}))
+    with pytest.raises(ResultError, match=rf"{path}: key 'outcomes' is required"):
+        read_result(path, ShardResult)
+    path.write_text(json.dumps({**shard, "count": "2"}))
+    with pytest.raises(ResultError, match=r"key 'count': Input should be a valid integer"):
+        read_result(path, ShardResult)
+    path.write_text('{"id": "A", "build"')  # torn
+    with pytest.raises(ResultError, match="not a readable result"):
+        read_result(path, LawsResult)
