@@ -37,7 +37,7 @@ def plot_config(path: Path, title: str, events: list[str], p_ref: np.ndarray, on
 
 
 def plot_campaign(out: Path, report: dict[str, Any],
-                  decided: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]]) -> list[Path]:
+                  decided: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> list[Path]:
     """One PNG per decided config under out/plots/, the events with the largest |on - off| first.
     `decided` maps a config id to its laws and merged arms, as the runner decided them."""
     from badc_check.channels import violates_any
@@ -54,8 +54,8 @@ def plot_campaign(out: Path, report: dict[str, Any],
         predicates = {name: frozenset(ys) for name, ys in laws.get("predicates", {}).items()}
         fam = EventFamily.build(laws["reference"], {hyp["id"]: hyp["law"]} if hyp else {}, None,
                                 violates_any(predicates))
-        k_on, k_off = fam.counts(on["outcomes"]), fam.counts(off["outcomes"])
-        n_on, n_off = on["draws"], off["draws"]
+        k_on, k_off = fam.counts(on.outcomes), fam.counts(off.outcomes)
+        n_on, n_off = on.draws, off.draws
         base = len(fam.base)  # complements mirror the base events; plot the base ones
         gap = np.abs(k_on[:base] / n_on - k_off[:base] / n_off)
         idx = np.argsort(-gap)[:TOP]

@@ -168,7 +168,7 @@ def test_merging_refuses_shards_that_overlap_or_leave_a_gap():
         return {"arm": "on", "start": start, "count": count, "outcomes": {"y": count}, "proposed": 0,
                 "accepted": 0, "violations": 0}
 
-    assert merge_shards([shard(500, 500), shard(0, 500)])["draws"] == 1000
+    assert merge_shards([shard(500, 500), shard(0, 500)]).draws == 1000
     with pytest.raises(CampaignError, match="on-300 does not start at draw 500"):
         merge_shards([shard(0, 500), shard(300, 300)])
     with pytest.raises(CampaignError, match="on-600 does not start at draw 500"):
@@ -186,16 +186,16 @@ def test_merging_reports_drafter_state_carried_over_within_and_between_shards():
         return {"arm": "on", "start": start, "count": 500, "outcomes": {"y": 500}, "proposed": 0, "accepted": 0,
                 "violations": 0, "contract": contract}
 
-    alike = merge_shards([shard(0, fresh), shard(500, fresh)])["contract"]
+    alike = merge_shards([shard(0, fresh), shard(500, fresh)]).contract
     assert alike["drafter_settings"] == fresh and alike["carried_over"] == 0 and alike["first_carry_over"] is None
     within = {"request": 700, "expected": fresh, "seen": grown, "message": "request 700, ..."}
     # the shard at 1000 started otherwise than the one at 0: its worker's environment differs
-    merged = merge_shards([shard(0, fresh), shard(500, fresh, 3, within), shard(1000, grown)])["contract"]
+    merged = merge_shards([shard(0, fresh), shard(500, fresh, 3, within), shard(1000, grown)]).contract
     assert merged["carried_over"] == 4 and merged["first_carry_over"] == within
-    merged = merge_shards([shard(0, fresh), shard(500, grown), shard(1000, fresh, 3, within)])["contract"]
+    merged = merge_shards([shard(0, fresh), shard(500, grown), shard(1000, fresh, 3, within)]).contract
     assert merged["carried_over"] == 4 and merged["first_carry_over"]["request"] == 500
     assert "{'num_assistant_tokens': 4}" in merged["first_carry_over"]["message"]
-    assert "carried_over" not in merge_shards([shard(0, None)])["contract"]  # engines that record no settings
+    assert "carried_over" not in merge_shards([shard(0, None)]).contract  # engines that record no settings
     report = {"campaign": "c", "seal": "s", "alpha": 0.05, "m": 1, "threshold": 0.01, "draws": 1500,
               "configs": [{"id": "A", "engine": "e", "build": "b", "role": "r", "decision": "NOT_REJECTED",
                            "eligible": True, "witnesses": 0, "exercise": {"proposed": 1},

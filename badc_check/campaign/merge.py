@@ -20,7 +20,20 @@ from badc_replay.registry import get_engine
 from badc_replay.results import LawsResult, ResultError, ShardResult, read_result
 
 
-def merge_shards(shards: list[dict[str, Any]]) -> dict[str, Any]:
+@dataclass
+class MergedArm:
+    """One arm of a config, merged from its shards."""
+
+    outcomes: dict[str, int]
+    draws: int
+    proposed: int
+    accepted: int
+    violations: int  # draws whose trace replay found a contract violation
+    contract: dict[str, Any]  # merge_contracts' summary
+    records: dict[str, Any] | None  # channel R counts, or None when the arm returned no records
+
+
+def merge_shards(shards: list[dict[str, Any]]) -> MergedArm:
     """One arm from its shards: counts add up; the first violation is the earliest draw's."""
     outcomes: dict[str, int] = {}
     total = {"proposed": 0, "accepted": 0, "violations": 0, "draws": 0}
@@ -44,17 +57,17 @@ def merge_shards(shards: list[dict[str, Any]]) -> dict[str, Any]:
                 records["positions"][str(p)] = records["positions"].get(str(p), 0) + k
             records["first_mismatch"] = records["first_mismatch"] or r.get("first_mismatch")
     contract = merge_contracts([(s["start"], s.get("contract") or {}) for s in shards])
-    return {"outcomes": outcomes, **total, "contract": contract, "records": records}
+    return MergedArm(outcomes=outcomes, **total, contract=contract, records=records)
 
 
-def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, dict[str, Any]],
+def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, MergedArm],
                   campaign: Campaign, m: int, look: Look | None = None) -> ConfigDecision:
     """The decision from merged arms; at an anytime `look`, with that look's share of the budget."""
     hyp = laws.get("hypothesis")
     on, off = arms["on"], arms["off"]
 
-    def record_arm(a: dict[str, Any]) -> RecordArm | None:
-        r = a.get("records")
+    def record_arm(a: MergedArm) -> RecordArm | None:
+        r = a.records
         return None if r is None else RecordArm(r["draws"], r["mismatch"],
                                                 {int(k): v for k, v in r["positions"].items()})
 
@@ -62,11 +75,11 @@ def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, 
     predicates = {name: frozenset(laws.get("predicates", {}).get(name, ())) for name in config.get("predicates", [])}
     cfg = Config(
         id=config["id"], engine=config["engine"], build=laws.get("build", config["build"]),
-        role=config.get("role", "probe"), on=Arm(on["outcomes"], on["violations"], on["proposed"], on["accepted"]),
-        off=Arm(off["outcomes"], off["violations"]), reference=laws["reference"], predicates=predicates,
+        role=config.get("role", "probe"), on=Arm(on.outcomes, on.violations, on.proposed, on.accepted),
+        off=Arm(off.outcomes, off.violations), reference=laws["reference"], predicates=predicates,
         hypothesis=(hyp["id"], hyp["law"]) if hyp else None,
         records_status="complete" if rec_on and rec_off else "not_returned", records_on=rec_on, records_off=rec_off,
-        contract={**on["contract"], "off": off["contract"]})
+        contract={**on.contract, "off": off.contract})
     d = decide(cfg, alpha=campaign.alpha, m=m, threshold=campaign.threshold,
                spend=1.0 if look is None else look.spend)
     if look is not None:
@@ -74,9 +87,9 @@ def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, 
     if "repaired" in arms:
         frozen = [f"A_H({hyp['id']})"] if hyp else [d.channel_s.argmax_crash_free]
         r = confirm_repair(config["repair"], cfg.family(), frozen, laws["reference"], predicates,
-                           arms["off-confirm"]["outcomes"], arms["on-confirm"]["outcomes"],
-                           arms["repaired"]["outcomes"], proposed_on=arms["on-confirm"]["proposed"],
-                           proposed_repaired=arms["repaired"]["proposed"], alpha=campaign.alpha,
+                           arms["off-confirm"].outcomes, arms["on-confirm"].outcomes,
+                           arms["repaired"].outcomes, proposed_on=arms["on-confirm"].proposed,
+                           proposed_repaired=arms["repaired"].proposed, alpha=campaign.alpha,
                            m=confirmation_m(campaign.configs))
         object.__setattr__(d, "repair", r)
     return d
@@ -98,7 +111,7 @@ class FolderDecision:
 
     decision: ConfigDecision
     laws: dict[str, Any]  # the laws job's output, with the registered predicates' outcome sets added
-    arms: dict[str, dict[str, Any]]  # each arm merged from its shards
+    arms: dict[str, MergedArm]  # each arm merged from its shards
     resumed: int  # draws the shards took over from checkpoints of cut-off runs
     jobs: list[Job] = field(default_factory=list)  # the jobs it was decided from
     look: Look | None = None  # the anytime look it was decided at
@@ -147,12 +160,12 @@ def anytime_decision(config: dict[str, Any], jobs: list[Job], out: Path, campaig
 
 
 def _predicate_sets(config: dict[str, Any], laws: dict[str, Any],
-                    arms: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+                    arms: dict[str, MergedArm]) -> dict[str, list[str]]:
     """Registered predicates as lists of the violating outcomes among all the laws and arms contain
     (predicates are pure functions of outcome strings; the engine module defines them)."""
     engine = get_engine(config["engine"])
     cfg = engine.parse_config(config)
     known = set(laws["reference"]) | set(laws.get("hypothesis", {}).get("law", {}))
     for arm in arms.values():
-        known |= set(arm["outcomes"])
+        known |= set(arm.outcomes)
     return {name: sorted(y for y in known if engine.predicate(name, cfg)(y)) for name in config["predicates"]}

@@ -20,7 +20,7 @@ from typing import Any
 
 from badc_check.builds import build_for
 from badc_check.campaign.executors import Executor
-from badc_check.campaign.merge import FolderDecision, anytime_decision, decide_from_folder, inconclusive
+from badc_check.campaign.merge import FolderDecision, MergedArm, anytime_decision, decide_from_folder, inconclusive
 from badc_check.campaign.plan import Job, confirmation_jobs, discovery_jobs
 from badc_check.campaign.progress import Progress
 from badc_check.campaign.report import report_markdown
@@ -163,7 +163,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         if only is not None and not partial:
             incomplete = incomplete or any(missing(jobs) for jobs in confirm.values())
     waiting = set(selection.pending) if campaign.confirm_draws else set()  # their group is not decided yet
-    decided: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}  # laws and merged arms
+    decided: dict[str, tuple[dict[str, Any], dict[str, MergedArm]]] = {}  # laws and merged arms
     pending: list[dict[str, Any]] = []
     resumed = 0  # draws of decided configs that shards took over from checkpoints of cut-off runs
     for cid, jobs in plans.items():
@@ -199,7 +199,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         decided[cid] = (folder.laws, folder.arms)
         results[cid] = {**d.to_dict(), "simulator_check": folder.laws.get("simulator_check"),
                         "simulator_metric": folder.laws.get("simulator_metric"),
-                        "records_detail": {arm: folder.arms[arm]["records"] for arm in ("on", "off")}}
+                        "records_detail": {arm: folder.arms[arm].records for arm in ("on", "off")}}
         log(f"{cid}: {d.decision} (D {d.D:.4f}, witnesses {d.witnesses.count}, contract "
             f"{(d.contract or {}).get('status', 'unchecked')})")
     report = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
