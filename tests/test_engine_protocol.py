@@ -286,3 +286,12 @@ def test_a_worker_result_with_a_missing_or_mistyped_key_is_an_error_naming_the_f
     path.write_text('{"id": "A", "build"')  # torn
     with pytest.raises(ResultError, match="not a readable result"):
         read_result(path, LawsResult)
+
+
+def test_the_keys_badc_reads_itself_are_the_ones_engines_leave_out():
+    import dataclasses
+
+    from badc_check.campaign.spec import ConfigKeys
+    from badc_replay.engine import CAMPAIGN_KEYS
+
+    assert {f.name for f in dataclasses.fields(ConfigKeys)} == set(CAMPAIGN_KEYS)
