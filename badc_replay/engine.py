@@ -38,7 +38,6 @@ from badc_trace.registry import nearest
 
 # Keys of a campaign `[[config]]` that badc itself reads; every other key is the engine's.
 CAMPAIGN_KEYS = ("id", "engine", "build", "role", "priority", "hypothesis", "predicates", "repair")
-TRACE_LEVELS = ("counts", "calls", "full")
 
 
 class ConfigError(ValueError):

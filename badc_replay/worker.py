@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from badc_replay.engine import TRACE_LEVELS, ConfigError, Engine
+from badc_replay.engine import ConfigError, Engine
 from badc_replay.registry import UnknownEngineError, get_engine
 from badc_replay.results import Hypothesis, LawsResult, ShardResult, to_json
+from badc_trace.instrument import LEVELS
 
 ARMS = ("off", "on", "repaired", "off-confirm", "on-confirm")
 
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--count", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--level", default=None, choices=TRACE_LEVELS, help="default: the engine's trace level")
+    ap.add_argument("--level", default=None, choices=LEVELS, help="default: the engine's trace level")
     ap.add_argument("--repair", default=None)
     ap.add_argument("--seal", default="", help="the campaign seal, written into each trace header")
     args = ap.parse_args(argv)

@@ -14,6 +14,8 @@ from typing import Any
 
 from badc_check.builds import build_for
 from badc_check.campaign.spec import Campaign, CampaignError
+from badc_replay.engine import Engine
+from badc_replay.registry import get_engine
 
 
 def _problems(python: str, configs: list[dict[str, Any]]) -> dict[str, list[str]]:
@@ -33,6 +35,8 @@ def validate_native(campaign: Campaign, executor: str = "local") -> None:
     is not set up are left to the runner (it reports them INCONCLUSIVE)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for c in campaign.configs:
+        if type(get_engine(c["engine"])).check_native is Engine.check_native:
+            continue  # nothing only the engine can judge: no interpreter to start
         try:
             python = sys.executable if executor == "inline" else str(build_for(c["engine"], c["build"]).python)
         except LookupError:
