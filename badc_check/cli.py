@@ -58,39 +58,66 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trace_set(path: str) -> list[str]:
+    """The traces of one run: every trace in a folder, or FILE with the traces badc-trace wrote beside
+    it for the run's other processes (FILE.PID.badc)."""
+    from badc_trace.launcher import process_traces
+
+    p = Path(path)
+    if p.is_dir():
+        found = sorted(str(q) for q in p.glob("*.badc"))
+        if not found:
+            raise ValueError(f"{path}: a folder with no .badc trace in it")
+        return found
+    if not p.exists():
+        raise ValueError(f"{path}: no such trace")
+    return [str(q) for q in process_traces(path)] or [path]
+
+
 def _replay_in_build(args: argparse.Namespace) -> int | None:
     """Parts of a contract that need the engine (transformers' D2/D3) are checked by running the same
-    command under the interpreter of the build that wrote a campaign trace, when it is set up here."""
+    command under an interpreter that has the trace's build: a declared build set up here, else the
+    interpreter the traced program ran under (recorded by badc-trace), when it is still there."""
     import subprocess
 
     from badc_check.builds import build_for
     from badc_trace.format import read_trace
 
-    header = read_trace(args.trace, allow_torn_tail=True).header
-    if not isinstance(header.get("config"), dict) or "id" not in header["config"]:
-        return None  # not a campaign trace: the engine could not rebuild its processors anyway
+    header = read_trace(_trace_set(args.trace)[0], allow_torn_tail=True).header
+    config = header.get("config") if isinstance(header.get("config"), dict) else {}
     try:
-        python = build_for(header["engine"], header["build"]).python
+        python = str(build_for(header["engine"], header["build"]).python)
     except LookupError:
+        python = str(config.get("python") or "")
+    if not python or not Path(python).exists():
         return None
     if Path(python).parent.parent.resolve() == Path(sys.prefix).resolve():  # already in that environment
         return None
-    cmd = [str(python), "-m", "badc_check.cli", "replay", args.trace, "--limit", str(args.limit)]
+    cmd = [python, "-m", "badc_check.cli", "replay", args.trace, "--limit", str(args.limit)]
     cmd += ["--json"] if args.json else []
-    return subprocess.run(cmd, env={**os.environ, "BADC_REPLAY_IN_BUILD": "1"}).returncode
+    try:  # an interpreter without badc would answer with an import error, not a verdict
+        if subprocess.run([python, "-c", "import badc_check.cli"], capture_output=True).returncode:
+            return None
+        return subprocess.run(cmd, env={**os.environ, "BADC_REPLAY_IN_BUILD": "1"}).returncode
+    except OSError:
+        return None
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     """Exit 0 only when every request was checked in full and none broke the contract; 1 on a violation;
     2 on a usage or format error; 3 when anything was left unchecked (DESIGN.md, "Commands")."""
-    from badc_replay.contract import BROKEN, UNCHECKED, replay_trace
+    from badc_replay.contract import BROKEN, UNCHECKED, replay_traces
     from badc_trace.format import TraceFormatError
 
     try:
-        res = replay_trace(args.trace)
+        paths = _trace_set(args.trace)
+        res = replay_traces(paths)
     except (TraceFormatError, ValueError, OSError) as e:
         print(f"badc replay: {e}", file=sys.stderr)
         return 2
+    if len(paths) > 1:
+        print(f"badc replay: {len(paths)} traces of one run, joined by request id: {', '.join(paths)}",
+              file=sys.stderr)
     if res.unchecked and not os.environ.get("BADC_REPLAY_IN_BUILD"):
         rc = _replay_in_build(args)
         if rc is not None:
@@ -176,7 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "contract; 1 on a violation; 2 on a usage or format error; 3 when anything was "
                                "left unchecked (a part of the contract this interpreter cannot check, a torn tail, "
                                "no request, records that name no request), each said on stderr.")
-    rp.add_argument("trace", metavar="TRACE")
+    rp.add_argument("trace", metavar="TRACE",
+                    help="a trace, or a folder with one run's traces (vLLM's engine core writes its own: the "
+                         "traces are joined by request id, as are FILE and the FILE.PID.badc beside it)")
     rp.add_argument("--json", action="store_true")
     rp.add_argument("--limit", type=int, default=5, help="requests to show (default 5)")
     rp.set_defaults(func=_cmd_replay)

@@ -48,6 +48,17 @@ class Violation:
                 "prefix": self.prefix, "expected": self.expected, "seen": self.seen, "message": self.message()}
 
 
+class RequestUnchecked(Exception):
+    """Raised by an engine's `check_request` when part of one request's contract could not be checked
+    (its calls are in another process's trace, the trace has no scores for D2, the program's arguments
+    could not be rebuilt): `reason` says what and why, `found` holds what the parts that were checked
+    found. The request counts as checked, not in full."""
+
+    def __init__(self, reason: str, found: list[Violation] | None = None):
+        super().__init__(reason)
+        self.reason, self.found = reason, list(found or ())
+
+
 @dataclass(frozen=True)
 class CarryOver:
     """A request whose drafter started from other settings than the trace's first request's drafter:
@@ -78,6 +89,7 @@ class ContractResult:
     torn_tail: str | None = None
     unchecked: str | None = None  # contract parts this interpreter could not check, and why
     unattributed: int = 0  # records that name no request, so no request's check saw them
+    partial: Counter[str] = field(default_factory=Counter)  # requests not checked in full, per reason
     class_calls: Counter[str] = field(default_factory=Counter)  # violating calls per class (D1-D4)
     class_requests: dict[str, set[int]] = field(default_factory=dict)  # violating requests per class
     drafter_settings: dict[str, Any] | None = None  # what the first request's drafter started with
@@ -97,6 +109,7 @@ class ContractResult:
             left.append("no request in the trace: nothing was checked")
         if self.unattributed:
             left.append(f"{self.unattributed} record(s) name no request, so no request's check saw them")
+        left += [f"{n:,} of {self.requests:,} requests not checked in full: {why}" for why, n in self.partial.items()]
         return left
 
     @property
@@ -119,6 +132,7 @@ class ContractResult:
                              for k in sorted(self.class_calls)},
                 "first_violation": None if first is None else first.to_dict(), "torn_tail": self.torn_tail,
                 "unchecked": self.unchecked, "unattributed": self.unattributed,
+                "partial": dict(self.partial),
                 "left_unchecked": self.left_unchecked(), "drafter_settings": self.drafter_settings,
                 "carried_over": self.carried_over,
                 "first_carry_over": None if self.first_carry_over is None else self.first_carry_over.to_dict()}
@@ -200,29 +214,79 @@ def _requests(reader: TraceReader, result: ContractResult | None = None,
         yield current, batch
 
 
+def _rank(rec: dict[str, Any]) -> int:
+    return {"request": 0, "return": 2}.get(rec.get("type"), 1)
+
+
+def _joined(readers: list[TraceReader], result: ContractResult,
+            call_types: tuple[str, ...]) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """The requests of one run's traces, one per process (vLLM's front end writes requests and returns,
+    its engine core the steps): records joined by request id, each request's request record first,
+    its return last, the rest in trace order. Holds the whole set in memory."""
+    by_req: dict[int, list[dict[str, Any]]] = {}
+    owner: dict[int, int] = {}  # which trace holds a request's request record
+    for i, reader in enumerate(readers):
+        for rec in reader:
+            rid = rec.get("req")
+            if rid is None:
+                if rec.get("type") in call_types:
+                    result.unattributed += 1
+                continue
+            if rec.get("type") == "request":
+                if owner.setdefault(rid, i) != i:
+                    result.partial["its request record is in two traces (two processes numbered their requests "
+                                   "alike), so its records may be two requests'"] += 1
+            by_req.setdefault(rid, []).append(rec)
+    for rid in sorted(by_req):
+        yield rid, sorted(by_req[rid], key=_rank)
+
+
 def replay_trace(path: str, *, allow_torn_tail: bool = True) -> ContractResult:
     """Check every request of a trace against the engine's contract (streaming, constant memory)."""
+    return replay_traces([path], allow_torn_tail=allow_torn_tail)
+
+
+def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> ContractResult:
+    """Check every request of one run's traces (one trace streams; several are joined by request id)."""
     from badc_replay.registry import UnknownEngineError, get_engine  # the registry imports this module
 
-    reader = read_trace(path, allow_torn_tail=allow_torn_tail)
-    name = reader.header["engine"]
+    if not paths:
+        raise ValueError("no trace to replay")
+    readers = [read_trace(p, allow_torn_tail=allow_torn_tail) for p in paths]
+    engines = {r.header["engine"] for r in readers}
+    if len(engines) > 1:
+        raise ValueError(f"the traces are of different engines ({', '.join(sorted(engines))}): replay each "
+                         "engine's traces on their own")
+    header = readers[0].header
+    name = header["engine"]
     try:
         engine = get_engine(name)
     except UnknownEngineError as e:
-        raise ValueError(f"{path}: no contract replay: {e}") from None
-    config = reader.header.get("config", {})
+        raise ValueError(f"{paths[0]}: no contract replay: {e}") from None
+    config = header.get("config", {})
     result = ContractResult(name)
     # Parts of a contract that need the engine itself (a kernel that replays fresh processors) come
     # with a context the engine builds when it can run here, or a reason why they cannot be checked.
-    context, result.unchecked = engine.replay_context(reader.header)
-    for rid, records in _requests(reader, result, engine.call_types):
+    context, result.unchecked = engine.replay_context(header)
+    groups = _requests(readers[0], result, engine.call_types) if len(readers) == 1 else \
+        _joined(readers, result, engine.call_types)
+    for rid, records in groups:
         result.requests += 1
         result.calls += sum(1 for r in records if r["type"] in engine.call_types)
-        found = engine.check_request(records, config, context)
+        try:
+            found = engine.check_request(records, config, context)
+        except RequestUnchecked as e:
+            found = e.found
+            result.partial[e.reason] += 1
+        if not any(r["type"] == "request" for r in records):
+            result.partial["its records are in this trace, its request record is not (written by another "
+                           "process, or lost before the trace's start)"] += 1
         settings = next((r["settings"] for r in records if r["type"] == "draft" and "settings" in r), None)
         if settings is not None:
             result.note_settings(rid, settings)
         result.add(rid, found)
-    if reader.torn_tail is not None:
-        result.torn_tail = f"byte {reader.torn_tail.offset}: {reader.torn_tail.reason}"
+    torn = [(p, r.torn_tail) for p, r in zip(paths, readers, strict=True) if r.torn_tail is not None]
+    if torn:
+        where = (lambda p: f"{p} byte") if len(paths) > 1 else (lambda p: "byte")
+        result.torn_tail = "; ".join(f"{where(p)} {t.offset}: {t.reason}" for p, t in torn)
     return result

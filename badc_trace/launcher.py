@@ -30,6 +30,15 @@ def _claim(path: str) -> str:
         return f"{stem}.{os.getpid()}.{suffix}" if dot else f"{path}.{os.getpid()}"
 
 
+def process_traces(path: str) -> list[Path]:
+    """The traces one badc-trace run wrote to FILE: FILE itself and FILE with a process id (`_claim`)."""
+    p = Path(path)
+    stem, suffix = (p.stem, p.suffix) if p.suffix else (p.name, "")
+    others = [q for q in p.parent.glob(f"{stem}.*{suffix}")
+              if q.name[len(stem) + 1: len(q.name) - len(suffix)].isdigit()]
+    return ([p] if p.exists() else []) + sorted(others)
+
+
 class _LazyWriter:
     """Opens its trace at the first record: an engine that is only imported (vLLM imports
     transformers) leaves no trace, and FILE goes to the first engine that records anything."""
@@ -65,7 +74,8 @@ def activate() -> None:
             if instrumentor.is_instrumented:
                 return
             writer = _LazyWriter(lambda: TraceWriter(_claim(out), engine=engine, build=instrumentor.installed_version(),
-                                                     config={"argv": sys.argv, "pid": os.getpid()}, seal=""))
+                                                     config={"argv": sys.argv, "pid": os.getpid(), "cwd": os.getcwd(),
+                                                             "python": sys.executable, "level": level}, seal=""))
             sink = TraceSink(writer, level)
             instrumentor.instrument(sink)
 
@@ -104,19 +114,16 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         ap.error("give the program to run after --, e.g. badc-trace -- python script.py")
     out = os.path.abspath(args.out)
-    if os.path.exists(out):
-        os.remove(out)  # a new run, a new trace
+    for old in process_traces(out):  # a new run, new traces
+        old.unlink()
     env = dict(os.environ, BADC_TRACE_OUT=out, BADC_TRACE_LEVEL=args.level,
                PYTHONPATH=os.pathsep.join(p for p in (str(_SITE), os.environ.get("PYTHONPATH", "")) if p))
-    # vLLM's model runner is only in reach of the probes with the engine core in-process; a program
-    # that sets this variable itself keeps its own choice.
-    env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     try:
         code = subprocess.call(command, env=env)
     except FileNotFoundError:
         print(f"badc-trace: command not found: {command[0]}", file=sys.stderr)
         return 127
-    traces = sorted(p for p in Path(out).parent.glob(Path(out).stem + "*") if p.suffix == Path(out).suffix)
+    traces = process_traces(out)
     print(f"badc-trace: exit {code}; traces: {', '.join(str(t) for t in traces) or 'none (no engine imported)'}",
           file=sys.stderr)
     return code

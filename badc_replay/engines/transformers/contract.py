@@ -7,9 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from badc_replay.contract import Violation
+from badc_replay.contract import RequestUnchecked, Violation
 from badc_replay.engines.transformers.config import NEG_INF_FLOOR, SCORE_TOLERANCE
 from badc_replay.engines.transformers.kernel import Kernel
+from badc_trace.portable import NotPortable
+
+NO_SCORES = ("D2 not checked: the trace has no scores (recorded at level calls); trace with `badc-trace --level "
+             "full` to check each processor's output against a fresh one replayed along the prefix")
 
 
 def _text(tokens: tuple[int, ...] | list[int]) -> str:
@@ -32,11 +36,13 @@ def _score_diff(expected: np.ndarray, seen: np.ndarray) -> float:
     return float(np.max(np.abs(expected[keep].astype(np.float64) - seen[keep]))) if keep.any() else 0.0
 
 
-def check_request(records: list[dict[str, Any]], config: Mapping[str, Any], context: Kernel | None = None) -> list[Any]:
+def check_request(records: list[dict[str, Any]], config: Mapping[str, Any], context: Any = None) -> list[Any]:
     """D1: each position's processor call sees its logical prefix (committed ids, plus drafts d1..di at
     verification row i). D2 (kernel): each element's output equals a fresh element replayed along
     that prefix and applied to the same incoming scores. D3 (kernel): stopping evaluated on committed
-    ids agrees with the sequential stop map, and no committed token lies past a sequential stop."""
+    ids agrees with the sequential stop map, and no committed token lies past a sequential stop.
+    `context` gives the request's kernel (`for_request`: a campaign's Kernel, or ProgramKernels);
+    what it cannot check is raised as RequestUnchecked with what the rest found."""
 
     out: list[Violation] = []
     req = next((r for r in records if r["type"] == "request"), None)
@@ -45,7 +51,14 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any], cont
         return out
     prompt = req["prompt"]
     draft: dict[str, Any] | None = None
-    stop_map = context.stop_map if context is not None else None
+    kernel: Kernel | None = None
+    unchecked: str | None = None
+    if context is not None:
+        try:
+            kernel = context.for_request(req)
+        except NotPortable as e:
+            unchecked = f"D2 and D3 not checked: {e}"
+    stop_map = kernel.stop_map if kernel is not None else None
     checked_to = len(prompt)
     for i, rec in enumerate(records):
         kind = rec["type"]
@@ -61,8 +74,10 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any], cont
             if rec["proc"] == -1 and ids != expected:
                 out.append(Violation(rec["req"], i, "D1", f"processor list, {rec['role']} call", expected,
                                      f"{len(expected)} ids (the position's logical prefix)", f"ids {ids}"))
-            if context is not None and rec["proc"] >= 0 and "scores_in" in rec:
-                want = context.expected_element(rec["proc"], ids, rec["scores_in"])
+            if kernel is not None and rec["proc"] >= 0 and "scores_in" not in rec:
+                unchecked = unchecked or NO_SCORES
+            elif kernel is not None and rec["proc"] >= 0:
+                want = kernel.expected_element(rec["proc"], ids, rec["scores_in"])
                 seen = _floats(rec["scores_out"])
                 diff = _score_diff(want, seen)
                 if diff > SCORE_TOLERANCE:
@@ -85,4 +100,6 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any], cont
                 out.append(Violation(rec["req"], i, "D3", "stopping on committed ids", ids,
                                      f"stop map {stop_map(ids)}", f"result {rec['result']}"))
             checked_to = max(checked_to, len(ids))
+    if unchecked:
+        raise RequestUnchecked(unchecked, out)
     return out

@@ -21,6 +21,17 @@ def load_model(spec: str) -> tuple[Any, Any]:
     return AutoModelForCausalLM.from_pretrained(spec).eval(), AutoTokenizer.from_pretrained(spec)
 
 
+def load_tokenizer(spec: str) -> Any:
+    from badc_trace.tiny import parse_model_spec
+    from badc_trace.tiny import transformers as tiny
+
+    if parse_model_spec("transformers", spec) is not None:
+        return tiny.build_tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(spec)
+
+
 def _generation_kwargs(cfg: TransformersConfig, tokenizer: Any) -> dict[str, Any]:
     kw: dict[str, Any] = {"do_sample": True, "max_new_tokens": cfg.max_new_tokens}
     for k, v in cfg.generation.items():

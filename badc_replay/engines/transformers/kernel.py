@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,13 +25,32 @@ class Kernel:
     (stateful processors replayed along it), and the exact law P."""
 
     def __init__(self, cfg: TransformersConfig):
-        self.cfg = cfg
-        self.h = Harness(cfg, speculative=False)
-        self.model, self.prompt = self.h.model, self.h.prompt
+        self.cfg: TransformersConfig | None = cfg
+        self.h: Harness | None = Harness(cfg, speculative=False)
+        self._start(self.h.model, self.h.prompt, self.h.call_kwargs)
+
+    @classmethod
+    def of_program(cls, model: Any, prompt: list[int], call_kwargs: Callable[[], dict[str, Any]]) -> Kernel:
+        """The kernel of one request of a program badc never saw: its model, prompt and generate()
+        keywords (`call_kwargs` makes them fresh, stateful processors included), no campaign config."""
+        kernel = cls.__new__(cls)
+        kernel.cfg = kernel.h = None
+        kernel._start(model, prompt, call_kwargs)
+        return kernel
+
+    def _start(self, model: Any, prompt: list[int], call_kwargs: Callable[[], dict[str, Any]]) -> None:
+        import torch
+
+        self.model, self.prompt, self.call_kwargs = model, [int(t) for t in prompt], call_kwargs
+        self.input_ids = torch.tensor([self.prompt])
         self._logits: dict[tuple[int, ...], Any] = {}
         self._replayed: dict[tuple[int, tuple[int, ...]], Any] = {}
         self._expected: dict[tuple[int, tuple[int, ...], bytes], np.ndarray] = {}
         self._stops: dict[tuple[int, ...], bool] = {}
+
+    def for_request(self, request: dict[str, Any]) -> Kernel:
+        """The kernel that checks `request` (a campaign's requests share their config's)."""
+        return self
 
     def fresh(self) -> tuple[Any, Any]:
         """(LogitsProcessorList, StoppingCriteriaList) exactly as generate() prepares them for this
@@ -48,12 +68,13 @@ class Kernel:
 
         model._get_logits_processor, model._get_stopping_criteria = procs, stops
         try:
-            model.generate(self.h.input_ids, **self.h.call_kwargs())
+            model.generate(self.input_ids, **self.call_kwargs())
         except _Captured as c:
             return c.processors, c.stopping
         finally:
             del model._get_logits_processor, model._get_stopping_criteria
-        raise RuntimeError(f"config {self.cfg.id}: generate() did not build its processors")
+        raise RuntimeError(f"{f'config {self.cfg.id}' if self.cfg else 'program'}: generate() did not build its "
+                           "processors")
 
     def logits(self, ids: list[int] | tuple[int, ...]) -> Any:
         import torch

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from badc_replay.contract import Violation
+from badc_replay.contract import RequestUnchecked, Violation
 from badc_replay.engines.vllm.config import TEMPERATURE_TOLERANCE
 
 
@@ -55,4 +55,9 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any]) -> l
                                        out + list(drafts[:j]), {"stop tokens masked": expected},
                                        {"stop tokens masked": seen, "committed tokens": c}))
         out.extend(produced)
+    if not any(rec["type"] == "step" for rec in records) and any(rec["type"] == "return" and rec.get("tokens")
+                                                                   for rec in records):
+        raise RequestUnchecked("it returned tokens, but none of its model-runner steps is in this trace (vLLM's engine "
+                               "core ran in another process: replay the run's traces together, e.g. `badc replay "
+                               "FOLDER`)", found)
     return found

@@ -1,0 +1,85 @@
+"""Kernels for the requests of a program badc never saw, rebuilt from what the probe recorded (live).
+
+A trace of an ordinary program has no campaign config: each request record carries `setup`, the
+generate() keywords and the model's generation config as portable bytes (badc_trace/portable.py),
+with the model and tokenizers by path. Here they are loaded again, the model once per path, and each
+distinct (setup, prompt) gets its sequential kernel, which builds fresh processors and stopping
+criteria exactly as generate() prepared them in the program.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from badc_replay.engines.transformers.harness import load_model, load_tokenizer
+from badc_replay.engines.transformers.kernel import Kernel
+from badc_trace import portable
+
+# Keywords that only choose the drafter: the sequential kernel runs without them (and so never
+# loads an assistant model), the processors and stop rules it builds do not depend on them.
+SPECULATIVE = frozenset({"assistant_model", "assistant_tokenizer", "prompt_lookup_num_tokens",
+                         "max_matching_ngram_size", "assistant_early_exit", "num_assistant_tokens"})
+
+
+class ProgramKernels:
+    """`for_request(request)` -> the request's kernel; raises portable.NotPortable saying why not."""
+
+    def __init__(self) -> None:
+        self._blobs: dict[str, bytes] = {}
+        self._models: dict[tuple[str, str | None, str], Any] = {}
+        self._tokenizers: dict[str, Any] = {}
+        self._kernels: dict[tuple[str, tuple[int, ...]], Kernel] = {}
+
+    def for_request(self, request: dict[str, Any]) -> Kernel:
+        setup = request.get("setup")
+        if setup is None:
+            raise portable.NotPortable("the request records no generate() arguments (traced at level counts, or "
+                                       "by an older badc)")
+        if "unportable" in setup:
+            raise portable.NotPortable(f"the program's generate() arguments could not be recorded: "
+                                       f"{setup['unportable']}")
+        key = setup["key"]
+        if "blob" in setup:
+            self._blobs[key] = setup["blob"]
+        blob = self._blobs.get(key)
+        if blob is None:
+            raise portable.NotPortable(f"the arguments {key} were written with an earlier request this trace "
+                                       "does not hold")
+        slot = (key, tuple(request["prompt"]))
+        if slot not in self._kernels:
+            model = self._model(portable.loads(blob)["model"])
+
+            def call_kwargs() -> dict[str, Any]:  # fresh objects for every call: processors keep state
+                args = portable.loads(blob)["kwargs"]
+                return {k: self._resolve(v) for k, v in args.items() if k not in SPECULATIVE}
+
+            self._kernels[slot] = Kernel.of_program(model, request["prompt"], call_kwargs)
+        return self._kernels[slot]
+
+    def _model(self, ref: portable.Ref) -> Any:
+        import torch
+
+        slot = (ref.path, ref.dtype, portable.digest(portable.dumps(ref.generation_config)))
+        if slot not in self._models:
+            try:
+                model, _ = load_model(ref.path)
+            except (OSError, ValueError) as e:
+                raise portable.NotPortable(f"the model {ref.path!r} could not be loaded here ({e})") from None
+            if ref.dtype:
+                model = model.to(getattr(torch, ref.dtype))
+            if ref.generation_config is not None:
+                model.generation_config = ref.generation_config
+            self._models[slot] = model
+        return self._models[slot]
+
+    def _resolve(self, v: Any) -> Any:
+        if not isinstance(v, portable.Ref):
+            return v
+        if v.kind == "model":
+            return self._model(v)
+        if v.path not in self._tokenizers:
+            try:
+                self._tokenizers[v.path] = load_tokenizer(v.path)
+            except (OSError, ValueError) as e:
+                raise portable.NotPortable(f"the tokenizer {v.path!r} could not be loaded here ({e})") from None
+        return self._tokenizers[v.path]
