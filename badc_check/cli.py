@@ -144,8 +144,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from badc_trace.format import TraceFormatError
 
     try:
-        print(markdown(args.a, args.b), end="")
-    except (TraceFormatError, OSError) as e:
+        print(markdown(_trace_set(args.a), _trace_set(args.b)), end="")
+    except (TraceFormatError, ValueError, OSError) as e:
         print(f"badc diff: {e}", file=sys.stderr)
         return 2
     return 0
@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     df = sub.add_parser("diff", help="the first divergence of two traces, as Markdown for a bug report",
                         description="Match requests by id (draw index) and print the first call that differs, "
                                     "e.g. the faulty arm against the repaired arm of one configuration.")
-    df.add_argument("a", metavar="TRACE_A")
+    df.add_argument("a", metavar="TRACE_A", help="a trace, or a folder with one run's traces (as for replay)")
     df.add_argument("b", metavar="TRACE_B")
     df.set_defaults(func=_cmd_diff)
     mo = sub.add_parser("models", help="show each installed build's tiny model and its first-step law",

@@ -218,6 +218,26 @@ def _rank(rec: dict[str, Any]) -> int:
     return {"request": 0, "return": 2}.get(rec.get("type"), 1)
 
 
+def open_traces(paths: list[str], *, allow_torn_tail: bool = True) -> list[TraceReader]:
+    """Readers of one run's traces (one per process), which must all be of one engine."""
+    if not paths:
+        raise ValueError("no trace to replay")
+    readers = [read_trace(p, allow_torn_tail=allow_torn_tail) for p in paths]
+    engines = {r.header["engine"] for r in readers}
+    if len(engines) > 1:
+        raise ValueError(f"the traces are of different engines ({', '.join(sorted(engines))}): replay each "
+                         "engine's traces on their own")
+    return readers
+
+
+def requests_of(readers: list[TraceReader], result: ContractResult | None = None,
+                call_types: tuple[str, ...] = CALL_TYPES) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """(request id, its records) of one trace (streamed) or of one run's traces (joined by id)."""
+    if len(readers) == 1:
+        return _requests(readers[0], result, call_types)
+    return _joined(readers, result or ContractResult(""), call_types)
+
+
 def _joined(readers: list[TraceReader], result: ContractResult,
             call_types: tuple[str, ...]) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """The requests of one run's traces, one per process (vLLM's front end writes requests and returns,
@@ -250,13 +270,7 @@ def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> Contract
     """Check every request of one run's traces (one trace streams; several are joined by request id)."""
     from badc_replay.registry import UnknownEngineError, get_engine  # the registry imports this module
 
-    if not paths:
-        raise ValueError("no trace to replay")
-    readers = [read_trace(p, allow_torn_tail=allow_torn_tail) for p in paths]
-    engines = {r.header["engine"] for r in readers}
-    if len(engines) > 1:
-        raise ValueError(f"the traces are of different engines ({', '.join(sorted(engines))}): replay each "
-                         "engine's traces on their own")
+    readers = open_traces(paths, allow_torn_tail=allow_torn_tail)
     header = readers[0].header
     name = header["engine"]
     try:
@@ -268,9 +282,7 @@ def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> Contract
     # Parts of a contract that need the engine itself (a kernel that replays fresh processors) come
     # with a context the engine builds when it can run here, or a reason why they cannot be checked.
     context, result.unchecked = engine.replay_context(header)
-    groups = _requests(readers[0], result, engine.call_types) if len(readers) == 1 else \
-        _joined(readers, result, engine.call_types)
-    for rid, records in groups:
+    for rid, records in requests_of(readers, result, engine.call_types):
         result.requests += 1
         result.calls += sum(1 for r in records if r["type"] in engine.call_types)
         try:

@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from badc_replay.contract import _requests
-from badc_trace.format import read_trace
+from badc_replay.contract import open_traces, requests_of
 
 IGNORED = {"req", "created", "elapsed"}
 SECONDARY = {"state"}
@@ -33,15 +32,20 @@ class Divergence:
 
 
 def _differs(x: Any, y: Any) -> bool:
+    if x == y:  # equal bytes are equal scores, NaN included
+        return False
     if isinstance(x, bytes) and isinstance(y, bytes) and len(x) == len(y) and len(x) % 4 == 0:
         return not np.array_equal(np.frombuffer(x, np.float32), np.frombuffer(y, np.float32))
     return x != y
 
 
-def first_divergence(path_a: str, path_b: str) -> tuple[dict[str, Any], dict[str, Any], Divergence | None]:
-    ra, rb = read_trace(path_a, allow_torn_tail=True), read_trace(path_b, allow_torn_tail=True)
+def first_divergence(a: str | list[str],
+                     b: str | list[str]) -> tuple[dict[str, Any], dict[str, Any], Divergence | None]:
+    """Each side a trace or the set of one run's traces (joined by request id)."""
+    ra, rb = open_traces([a] if isinstance(a, str) else a), open_traces([b] if isinstance(b, str) else b)
     same = 0
-    ia, ib = _requests(ra), _requests(rb)
+    ia, ib = requests_of(ra), requests_of(rb)
+    ra, rb = ra[0], rb[0]  # the headers that name each side
     for (qa, recs_a), (qb, recs_b) in zip(ia, ib, strict=False):
         if qa != qb:
             return ra.header, rb.header, Divergence(min(qa, qb), 0, "request", None, None, ["request id"], same)
@@ -58,6 +62,8 @@ def first_divergence(path_a: str, path_b: str) -> tuple[dict[str, Any], dict[str
 
 
 def _show(v: Any) -> str:
+    if isinstance(v, dict):  # e.g. a request's recorded generate() arguments: their bytes by size
+        return repr({k: f"<{len(x)} bytes>" if isinstance(x, bytes) else x for k, x in v.items()})
     if isinstance(v, bytes):
         arr = np.frombuffer(v, np.float32) if len(v) % 4 == 0 else v
         return f"float32[{len(arr)}] {np.array2string(arr, precision=3, max_line_width=200)}" if len(v) % 4 == 0 \
@@ -67,8 +73,9 @@ def _show(v: Any) -> str:
     return repr(v)
 
 
-def markdown(path_a: str, path_b: str) -> str:
-    ha, hb, d = first_divergence(path_a, path_b)
+def markdown(a: str | list[str], b: str | list[str]) -> str:
+    ha, hb, d = first_divergence(a, b)
+    path_a, path_b = (p if isinstance(p, str) else " + ".join(p) for p in (a, b))
 
     def who(h: dict[str, Any], p: str) -> str:
         cfg = h.get("config", {})

@@ -172,3 +172,18 @@ def test_recorded_arguments_load_only_allowlisted_classes():
         portable.loads(pickle.dumps(eval))
     with pytest.raises(portable.NotPortable):
         portable.dumps(lambda: 0)
+
+
+def test_diff_takes_a_runs_trace_set_like_replay(tmp_path, capsys):
+    faulty = _trace(tmp_path / "d1.badc", PROMPT + [5, 6, 3])
+    run = tmp_path / "run"
+    run.mkdir()
+    _split(faulty, str(run / "t.badc"), str(run / "t.99.badc"))
+    clean = _trace(tmp_path / "ok.badc", PROMPT + [5], PROMPT + [6])
+    assert main(["diff", faulty, clean]) == 0
+    alone = capsys.readouterr().out
+    assert main(["diff", str(run), clean]) == 0  # the folder joined by request id: the same divergence
+    joined = capsys.readouterr().out
+    assert "differs in `n_tokens`" in joined
+    assert joined.split("\n", 3)[3] == alone.split("\n", 3)[3]  # all but the line naming side A
+    assert main(["diff", str(tmp_path / "missing"), clean]) == 2

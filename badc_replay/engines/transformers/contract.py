@@ -36,6 +36,20 @@ def _score_diff(expected: np.ndarray, seen: np.ndarray) -> float:
     return float(np.max(np.abs(expected[keep].astype(np.float64) - seen[keep]))) if keep.any() else 0.0
 
 
+def _most_different(expected: np.ndarray, seen: np.ndarray, k: int = 5) -> list[int]:
+    """The k tokens whose scores differ most (a masked one against an unmasked one first): a real
+    vocabulary has tens of thousands, and a message shows these."""
+    me, ms = expected <= NEG_INF_FLOOR, seen <= NEG_INF_FLOOR
+    gap = np.where(me | ms, 0.0, np.abs(expected.astype(np.float64) - seen))
+    gap[me != ms] = np.inf
+    order = np.argsort(-gap, kind="stable")[:k]
+    return sorted(int(t) for t in order if gap[t] > SCORE_TOLERANCE)
+
+
+def _scores(scores: np.ndarray, tokens: list[int]) -> list[float | str]:
+    return ["-inf" if scores[t] <= NEG_INF_FLOOR else round(float(scores[t]), 4) for t in tokens]
+
+
 def check_request(records: list[dict[str, Any]], config: Mapping[str, Any], context: Any = None) -> list[Any]:
     """D1: each position's processor call sees its logical prefix (committed ids, plus drafts d1..di at
     verification row i). D2 (kernel): each element's output equals a fresh element replayed along
@@ -81,12 +95,13 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any], cont
                 seen = _floats(rec["scores_out"])
                 diff = _score_diff(want, seen)
                 if diff > SCORE_TOLERANCE:
+                    tokens = _most_different(want, seen)
                     out.append(Violation(rec["req"], i, "D2", f"processor {rec['proc']} ({rec['name']}), {rec['role']} "
                                          f"call at position {len(ids) - len(prompt)}", ids,
-                                         f"scores of a fresh {rec['name']} replayed along the prefix: "
-                                         f"{np.round(want, 4).tolist()}",
-                                         f"{np.round(seen, 4).tolist()} (max difference {diff:.3g}; state "
-                                         f"{rec.get('state')})"))
+                                         f"scores of a fresh {rec['name']} replayed along the prefix, at tokens "
+                                         f"{tokens}: {_scores(want, tokens)}",
+                                         f"{_scores(seen, tokens)} (max difference {diff:.3g} over {want.size} "
+                                         f"tokens; state {rec.get('state')})"))
         elif kind == "stop_check" and stop_map is not None and rec.get("where", "committed") == "committed":
             ids = rec["ids"]
             for t in range(checked_to + 1, len(ids)):
