@@ -169,6 +169,10 @@ class TraceWriter:
         self.flush()
         return self._file.tell(), self.records_written
 
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
     def close(self) -> None:
         if self._file.closed:
             return

