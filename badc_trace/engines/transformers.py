@@ -5,8 +5,8 @@ tracked as nesting, its calls carry role `draft`):
 
 - `request`: prompt ids, the plain generation keywords and, at levels calls and full, `setup`: every
   keyword and the model's generation config as portable bytes (badc_trace/portable.py; models and
-  tokenizers by path), written once per distinct set and named by key after that, so that replay can
-  rebuild the processors and stop rules of a program it never saw;
+  tokenizers by path), written with the first request of a distinct set in each process and named
+  by key after that, so that replay can rebuild the processors and stop rules of a program it never saw;
 - `draft`: each drafter's `get_candidates` (prompt lookup, draft model), the committed ids it read and
   its proposal; a request's first one also carries the drafter's `settings` as that call found them
   (draft length, schedule, confidence threshold and whether transformers adapts it, which it does only
@@ -172,8 +172,8 @@ class TransformersInstrumentor(BaseInstrumentor):
     def _setup(self, model: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         """What replay needs to rebuild this request's processors and stop rules in another process:
         the keywords given to generate() (models and tokenizers as references), the model's own
-        generation config and what it is loaded from. The bytes go in the trace once per distinct set
-        (`key`); later requests name the key."""
+        generation config and what it is loaded from. The bytes go in the trace with the first request
+        of each distinct set in this process (`key`); later requests name the key."""
         try:
             args = {k: self._portable(v) for k, v in kwargs.items()
                     if k not in ("input_ids", "inputs", "attention_mask", "streamer")}
