@@ -2,8 +2,11 @@
 passes otherwise."""
 
 import textwrap
+from importlib.metadata import version
 
 from tests.plugin_suite import run_suite
+
+VERSION = version("llama-cpp-python")  # the build whose environment runs this suite
 
 CAMPAIGN = textwrap.dedent("""
     [campaign]
@@ -14,7 +17,7 @@ CAMPAIGN = textwrap.dedent("""
     [[config]]
     id = "{cid}"
     engine = "llama_cpp"
-    build = "0.3.36"
+    build = "{build}"
     drafter = {{ method = "prompt_lookup", num_pred_tokens = 4, max_ngram_size = 2 }}
     sampling = {{ temperature = 1.0 }}
     {extra}
@@ -40,15 +43,19 @@ TESTS = textwrap.dedent("""
 """)
 
 
+def _campaign(name: str, cid: str, extra: str) -> str:
+    return CAMPAIGN.format(name=name, cid=cid, build=VERSION, extra=extra)
+
+
 def test_plugin_marker_and_fixture(tmp_path):
     proc = run_suite(tmp_path, {
-        "neg.toml": CAMPAIGN.format(name="neg", cid="N", extra='role = "negative-control"'),
-        "par.toml": CAMPAIGN.format(name="par", cid="P", extra='processors = [{ name = "parity" }]'),
-        "stop.toml": CAMPAIGN.format(name="stop", cid="S", extra='stopping = [{ name = "last_id", token = 6 }]'),
+        "neg.toml": _campaign("neg", "N", 'role = "negative-control"'),
+        "par.toml": _campaign("par", "P", 'processors = [{ name = "parity" }]'),
+        "stop.toml": _campaign("stop", "S", 'stopping = [{ name = "last_id", token = 6 }]'),
         "test_engine.py": TESTS,
     })
     out = proc.stdout
     assert proc.returncode == 1 and "2 failed, 2 passed" in out, out[-3000:]
     assert "test_parity_fails" in out and "FAILS" in out and "unverified drafts" in out
     # LCP-3's shape: its returned law is not rejected on 1,000 draws, but the stop re-check read drafts.
-    assert "S (llama_cpp 0.3.36): NOT_REJECTED, contract broken" in out and "D3" in out, out[-3000:]
+    assert f"S (llama_cpp {VERSION}): NOT_REJECTED, contract broken" in out and "D3" in out, out[-3000:]
