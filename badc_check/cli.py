@@ -129,11 +129,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         print(f"{args.trace}: {res.engine}, {res.requests} requests, {res.calls} calls, {res.violations} violating "
               f"calls in {len(res.violating_requests)} requests: contract {status}")
         for rid in sorted(res.first_per_request)[: args.limit]:
-            print(f"  {res.first_per_request[rid].message()}")
+            print(f"  {res.first_per_request[rid].message(res.decode)}")
         if res.first_carry_over is not None:
             print(f"  drafter state carried over: {res.carried_over} requests did not start from the first "
                   f"request's drafter settings (a draw may depend on the draws before it); first: "
                   f"{res.first_carry_over.message()}")
+    for path in res.unclosed:
+        print(f"badc replay: {path}: its process was killed before it closed the trace; it wrote every record "
+              "through, so none is lost", file=sys.stderr)
     for why in res.left_unchecked():
         print(f"badc replay: UNCHECKED: {why}", file=sys.stderr)
     return {BROKEN: 1, UNCHECKED: 3}.get(status, 0)
@@ -144,7 +147,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from badc_trace.format import TraceFormatError
 
     try:
-        print(markdown(_trace_set(args.a), _trace_set(args.b)), end="")
+        print(markdown(_trace_set(args.a), _trace_set(args.b), by_prefix=args.by_prefix), end="")
     except (TraceFormatError, ValueError, OSError) as e:
         print(f"badc diff: {e}", file=sys.stderr)
         return 2
@@ -211,9 +214,15 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=_cmd_replay)
     df = sub.add_parser("diff", help="the first divergence of two traces, as Markdown for a bug report",
                         description="Match requests by id (draw index) and print the first call that differs, "
-                                    "e.g. the faulty arm against the repaired arm of one configuration.")
+                                    "e.g. the faulty arm against the repaired arm of one configuration, on the "
+                                    "same seeds. With --by-prefix, match calls by their logical prefix instead: "
+                                    "a program run with speculation (A) against the same program without it "
+                                    "(B), where the records cannot be matched one to one.")
     df.add_argument("a", metavar="TRACE_A", help="a trace, or a folder with one run's traces (as for replay)")
     df.add_argument("b", metavar="TRACE_B")
+    df.add_argument("--by-prefix", action="store_true",
+                    help="the first call of A that saw or gave something else than B's call of the same kind at "
+                         "the same logical prefix (ids exact, scores within 1e-4)")
     df.set_defaults(func=_cmd_diff)
     mo = sub.add_parser("models", help="show each installed build's tiny model and its first-step law",
                         description="For every installed engine build, load the embedded tiny model in "

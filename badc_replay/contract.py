@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from badc_replay.text import Decoder, ids_text, trace_vocab
 from badc_trace.format import TraceReader, read_trace
 
 BROKEN, HELD, UNCHECKED = "broken", "held", "unchecked"
@@ -39,13 +40,22 @@ class Violation:
     expected: Any
     seen: Any
 
-    def message(self) -> str:
+    def message(self, decode: Decoder | None = None) -> str:
+        """In words; with `decode`, the text of the prefix (and of ids expected and seen) beside the ids."""
+        def show(v: Any) -> str:
+            text = ids_text(v, decode)
+            return f"{v!r}" if text is None else f"{v!r} {text}"
         return (f"request {self.request}, call {self.call} ({self.what}), {self.kind}: at logical prefix "
-                f"{self.prefix} expected {self.expected!r}, saw {self.seen!r}")
+                f"{show(self.prefix)} expected {show(self.expected)}, saw {show(self.seen)}")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"request": self.request, "call": self.call, "kind": self.kind, "what": self.what,
-                "prefix": self.prefix, "expected": self.expected, "seen": self.seen, "message": self.message()}
+    def to_dict(self, decode: Decoder | None = None) -> dict[str, Any]:
+        out = {"request": self.request, "call": self.call, "kind": self.kind, "what": self.what,
+               "prefix": self.prefix, "expected": self.expected, "seen": self.seen, "message": self.message(decode)}
+        text = {k: ids_text(v, decode) for k, v in (("prefix", self.prefix), ("expected", self.expected),
+                                                     ("seen", self.seen))}
+        if any(t is not None for t in text.values()):
+            out["text"] = {k: t for k, t in text.items() if t is not None}
+        return out
 
 
 class RequestUnchecked(Exception):
@@ -87,6 +97,7 @@ class ContractResult:
     violating_requests: set[int] = field(default_factory=set)
     first_per_request: dict[int, Violation] = field(default_factory=dict)
     torn_tail: str | None = None
+    unclosed: list[str] = field(default_factory=list)  # write-through traces of killed processes: none torn
     unchecked: str | None = None  # contract parts this interpreter could not check, and why
     unattributed: int = 0  # records that name no request, so no request's check saw them
     partial: Counter[str] = field(default_factory=Counter)  # requests not checked in full, per reason
@@ -95,6 +106,7 @@ class ContractResult:
     drafter_settings: dict[str, Any] | None = None  # what the first request's drafter started with
     carried_over: int = 0  # requests whose drafter started otherwise
     first_carry_over: CarryOver | None = None
+    decode: Decoder | None = field(default=None, repr=False, compare=False)  # ids -> text, when known
 
     @property
     def first_violation(self) -> Violation | None:
@@ -130,7 +142,8 @@ class ContractResult:
                 "violating_requests": len(self.violating_requests),
                 "by_class": {k: {"calls": self.class_calls[k], "requests": len(self.class_requests[k])}
                              for k in sorted(self.class_calls)},
-                "first_violation": None if first is None else first.to_dict(), "torn_tail": self.torn_tail,
+                "first_violation": None if first is None else first.to_dict(self.decode), "torn_tail": self.torn_tail,
+                "unclosed": self.unclosed,
                 "unchecked": self.unchecked, "unattributed": self.unattributed,
                 "partial": dict(self.partial),
                 "left_unchecked": self.left_unchecked(), "drafter_settings": self.drafter_settings,
@@ -282,6 +295,10 @@ def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> Contract
     # Parts of a contract that need the engine itself (a kernel that replays fresh processors) come
     # with a context the engine builds when it can run here, or a reason why they cannot be checked.
     context, result.unchecked = engine.replay_context(header)
+    try:  # text beside ids in messages: never a reason for a replay to fail
+        result.decode = engine.decoder(header, trace_vocab(paths))
+    except Exception:
+        result.decode = None
     for rid, records in requests_of(readers, result, engine.call_types):
         result.requests += 1
         result.calls += sum(1 for r in records if r["type"] in engine.call_types)
@@ -293,11 +310,19 @@ def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> Contract
         if not any(r["type"] == "request" for r in records):
             result.partial["its records are in this trace, its request record is not (written by another "
                            "process, or lost before the trace's start)"] += 1
+        elif not any(r["type"] == "return" for r in records):
+            result.partial["it has no return record: its process ended before the request returned"] += 1
         settings = next((r["settings"] for r in records if r["type"] == "draft" and "settings" in r), None)
         if settings is not None:
             result.note_settings(rid, settings)
         result.add(rid, found)
-    torn = [(p, r.torn_tail) for p, r in zip(paths, readers, strict=True) if r.torn_tail is not None]
+    torn = []
+    for p, r in zip(paths, readers, strict=True):
+        t = r.torn_tail
+        if t is not None and t.reason.startswith("no end record") and r.header.get("config", {}).get("write_through"):
+            result.unclosed.append(p)  # killed at a chunk boundary, every record written through: nothing lost
+        elif t is not None:
+            torn.append((p, t))
     if torn:
         where = (lambda p: f"{p} byte") if len(paths) > 1 else (lambda p: "byte")
         result.torn_tail = "; ".join(f"{where(p)} {t.offset}: {t.reason}" for p, t in torn)

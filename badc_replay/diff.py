@@ -9,12 +9,14 @@ same configuration.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from badc_replay.contract import open_traces, requests_of
+from badc_replay.text import Decoder, ids_text, trace_vocab
 
 IGNORED = {"req", "created", "elapsed"}
 SECONDARY = {"state"}
@@ -29,6 +31,99 @@ class Divergence:
     b: dict[str, Any] | None
     fields: list[str]
     identical_before: int  # records identical before this one
+
+
+@dataclass(frozen=True)
+class LogicalCall:
+    """One call of a request whose sequential counterpart is fixed by its logical prefix: in sequential
+    decoding, the call `what` at `prefix` sees and gives one thing, whatever ran before it."""
+
+    kind: str  # which call (with the prefix, the key calls are matched by): "processor 0", "row"
+    what: str  # the call in words
+    prefix: tuple[int, ...]  # the position's logical prefix, as the trace's ids count it
+    seen: dict[str, Any]  # what it was given and gave (ids, scores, masks), by record field
+    record: int  # its index among the request's records
+
+
+def processor_calls(records: list[dict[str, Any]]) -> list[LogicalCall]:
+    """Calls of records that carry the ids they saw and their logical length (`ids`, `logical_len`):
+    a processor call's logical prefix is its first `logical_len` ids."""
+    out = []
+    for i, r in enumerate(records):
+        if r.get("type") == "processor" and isinstance(r.get("ids"), list) and isinstance(r.get("logical_len"), int):
+            out.append(LogicalCall(f"processor {r.get('proc')}", f"processor {r.get('proc')} ({r.get('name')}), "
+                                   f"{r.get('role')} call", tuple(r["ids"][:r["logical_len"]]),
+                                   {k: r[k] for k in ("ids", "scores_in", "scores_out") if k in r}, i))
+    return out
+
+
+SCORE_TOLERANCE = 1e-4  # batched verification and single steps compute logits in different orders
+
+
+def _scores_differ(x: Any, y: Any) -> bool:
+    if not (isinstance(x, bytes) and isinstance(y, bytes) and len(x) == len(y) and len(x) % 4 == 0):
+        return _differs(x, y)
+    a, b = np.frombuffer(x, np.float32), np.frombuffer(y, np.float32)
+    same_inf = (np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))) | (np.isnan(a) & np.isnan(b))
+    with np.errstate(invalid="ignore"):
+        return bool(np.any(~same_inf & ~(np.abs(a - b) <= SCORE_TOLERANCE)))
+
+
+@dataclass(frozen=True)
+class PrefixDivergence:
+    request: int
+    a: LogicalCall
+    b: LogicalCall  # B's first call of the same kind at the same logical prefix
+    fields: list[str]
+
+
+@dataclass(frozen=True)
+class PrefixComparison:
+    header_a: dict[str, Any]
+    header_b: dict[str, Any]
+    divergence: PrefixDivergence | None
+    agreeing: int  # calls at logical prefixes both sides reached that agreed (before the divergence)
+    shared_requests: int  # request ids on both sides, up to the divergence
+
+
+def _matched(ia: Iterator[tuple[int, Any]], ib: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any, Any]]:
+    """(id, A's records, B's records) for the ids on both sides (each side in increasing id order)."""
+    b = next(ib, None)
+    for qa, recs_a in ia:
+        while b is not None and b[0] < qa:
+            b = next(ib, None)
+        if b is None:
+            return
+        if b[0] == qa:
+            yield qa, recs_a, b[1]
+
+
+def first_prefix_divergence(a: list[str], b: list[str]) -> PrefixComparison:
+    """The first call of A (in A's order, requests by id) that differs from B's call of the same kind at
+    the same logical prefix: for a run with speculation against one without (or a repaired one), where
+    records cannot be matched one to one. Scores compare within SCORE_TOLERANCE; incoming scores are
+    shown, not compared (only what a call was given and what it gave decide)."""
+    from badc_replay.registry import get_engine
+
+    ra, rb = open_traces(a), open_traces(b)
+    ha, hb = ra[0].header, rb[0].header
+    ea, eb = get_engine(ha["engine"]), get_engine(hb["engine"])
+    agreeing, shared = 0, 0
+    for qa, recs_a, recs_b in _matched(requests_of(ra), requests_of(rb)):
+        shared += 1
+        at_b: dict[tuple[str, tuple[int, ...]], LogicalCall] = {}
+        for call in eb.logical_calls(recs_b):
+            at_b.setdefault((call.kind, call.prefix), call)
+        for call in ea.logical_calls(recs_a):
+            twin = at_b.get((call.kind, call.prefix))
+            if twin is None:
+                continue
+            fields = sorted(k for k in call.seen.keys() & twin.seen.keys()
+                            if k != "scores_in" and _scores_differ(call.seen[k], twin.seen[k]))
+            if fields:
+                return PrefixComparison(ha, hb, PrefixDivergence(qa, call, twin, fields), agreeing, shared)
+            agreeing += 1
+    return PrefixComparison(ha, hb, None, agreeing, shared)
 
 
 def _differs(x: Any, y: Any) -> bool:
@@ -61,7 +156,20 @@ def first_divergence(a: str | list[str],
     return ra.header, rb.header, None
 
 
-def _show(v: Any) -> str:
+def side_decoder(paths: list[str], header: dict[str, Any]) -> Decoder | None:
+    """ids -> text for one side's traces, when its trace knows the tokenizer (never an error)."""
+    from badc_replay.registry import get_engine  # the registry imports the engines, which import this package
+
+    try:
+        return get_engine(header["engine"]).decoder(header, trace_vocab(paths))
+    except Exception:
+        return None
+
+
+def _show(v: Any, decode: Decoder | None = None) -> str:
+    text = ids_text(v, decode)
+    if text is not None:
+        return f"{_show(v)} {text}"
     if isinstance(v, dict):  # e.g. a request's recorded generate() arguments: their bytes by size
         return repr({k: f"<{len(x)} bytes>" if isinstance(x, bytes) else x for k, x in v.items()})
     if isinstance(v, bytes):
@@ -73,29 +181,65 @@ def _show(v: Any) -> str:
     return repr(v)
 
 
-def markdown(a: str | list[str], b: str | list[str]) -> str:
-    ha, hb, d = first_divergence(a, b)
-    path_a, path_b = (p if isinstance(p, str) else " + ".join(p) for p in (a, b))
+def _who(h: dict[str, Any], p: str) -> str:
+    cfg = h.get("config", {})
+    if "id" not in cfg and isinstance(cfg.get("argv"), list):  # badc-trace on a program
+        return f"`{p}`: {h['engine']} {h['build']}, program `{' '.join(map(str, cfg['argv']))}`"
+    return f"`{p}`: {h['engine']} {h['build']}, config `{cfg.get('id', '-')}`, arm `{cfg.get('arm', '-')}`"
 
-    def who(h: dict[str, Any], p: str) -> str:
-        cfg = h.get("config", {})
-        return f"`{p}`: {h['engine']} {h['build']}, config `{cfg.get('id', '-')}`, arm `{cfg.get('arm', '-')}`"
 
-    lines = ["### badc diff: first divergence", "", f"- **A** {who(ha, path_a)}", f"- **B** {who(hb, path_b)}", ""]
+def _cell(v: Any, decode: Decoder | None) -> str:
+    return _show(v, decode).replace("|", "\\|")  # a table cell: a | in text would end it
+
+
+def _table(a: dict[str, Any], b: dict[str, Any], fields: list[str], dec_a: Decoder | None,
+           dec_b: Decoder | None) -> list[str]:
+    lines = ["", "| field | A | B |", "|---|---|---|"]
+    for k in [k for k in sorted(set(a) | set(b)) if k not in IGNORED]:
+        mark = " **≠**" if k in fields else ""
+        lines.append(f"| {k}{mark} | {_cell(a.get(k), dec_a)} | {_cell(b.get(k), dec_b)} |")
+    return lines
+
+
+def markdown(a: str | list[str], b: str | list[str], *, by_prefix: bool = False) -> str:
+    """The first divergence as Markdown: record by record (same seeds: faulty against repaired), or
+    `by_prefix`: calls matched by their logical prefix (with speculation against without)."""
+    pa, pb = ([p] if isinstance(p, str) else p for p in (a, b))
+    path_a, path_b = (" + ".join(p) for p in (pa, pb))
+    if by_prefix:
+        cmp = first_prefix_divergence(pa, pb)
+        ha, hb = cmp.header_a, cmp.header_b
+    else:
+        ha, hb, d = first_divergence(pa, pb)
+    dec_a, dec_b = side_decoder(pa, ha), side_decoder(pb, hb)
+    lines = ["### badc diff: first divergence" + (" by logical prefix" if by_prefix else ""), "",
+             f"- **A** {_who(ha, path_a)}", f"- **B** {_who(hb, path_b)}", ""]
+    if by_prefix:
+        pd = cmp.divergence
+        if pd is None:
+            lines.append(f"No divergence: at every logical prefix both sides reached, in {cmp.shared_requests} "
+                         f"requests on both sides, A's {cmp.agreeing} calls saw and gave what B's did (scores "
+                         f"within {SCORE_TOLERANCE:g}). Prefixes one side never reached are not compared.")
+            return "\n".join(lines) + "\n"
+        lines.append(f"Request **{pd.request}**, at logical prefix {_cell(list(pd.a.prefix), dec_a)} "
+                     f"({len(pd.a.prefix)} ids): A's {pd.a.what} (record {pd.a.record}) differs from B's "
+                     f"{pd.b.what} (record {pd.b.record}) at the same prefix in "
+                     f"{', '.join(f'`{f}`' for f in pd.fields)}. Before it, {cmp.agreeing} calls at prefixes both "
+                     f"sides reached agreed (scores within {SCORE_TOLERANCE:g}; `scores_in` is shown, not compared).")
+        lines += _table(pd.a.seen, pd.b.seen, pd.fields, dec_a, dec_b)
+        return "\n".join(lines) + "\n"
     if d is None:
         lines.append("No divergence: every request and call recorded in both traces is identical.")
         return "\n".join(lines) + "\n"
     lines.append(f"Request **{d.request}** (draw index; same seed on both sides), record {d.record}: "
                  f"`{d.kind}` differs in {', '.join(f'`{f}`' for f in d.fields)}. "
                  f"The {d.identical_before} records before it are identical.")
-    lines += ["", "| field | A | B |", "|---|---|---|"]
-    keys = [k for k in sorted(set(d.a or {}) | set(d.b or {})) if k not in IGNORED]
-    for k in keys:
-        va, vb = (d.a or {}).get(k), (d.b or {}).get(k)
-        mark = " **≠**" if k in d.fields else ""
-        lines.append(f"| {k}{mark} | {_show(va)} | {_show(vb)} |")
+    lines += _table(d.a or {}, d.b or {}, d.fields, dec_a, dec_b)
     if d.kind == "processor" and d.a and d.b:
         n = d.a.get("logical_len")
-        lines += ["", f"Logical prefix of the position: {d.a['ids'][:n]} ({n} ids). "
+        lines += ["", f"Logical prefix of the position: {_cell(d.a['ids'][:n], dec_a)} ({n} ids). "
                   f"A saw {len(d.a['ids'])} ids, B saw {len(d.b['ids'])}."]
+    lines += ["", "Record by record assumes the same seeds and the same drafting on both sides (faulty against "
+              "repaired); for a run with speculation against one without, compare calls by logical prefix "
+              "(`badc diff --by-prefix`)."]
     return "\n".join(lines) + "\n"

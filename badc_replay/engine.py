@@ -33,7 +33,9 @@ import typing_extensions
 
 from badc_replay.arms import ArmResult, ArmSpec, collect_arm
 from badc_replay.contract import CALL_TYPES, Violation
+from badc_replay.diff import LogicalCall, processor_calls
 from badc_replay.enumeration import ExactLaw
+from badc_replay.text import Decoder, pieces_decoder
 from badc_trace.registry import nearest
 
 # Keys of a campaign `[[config]]` that badc itself reads; every other key is the engine's.
@@ -234,6 +236,16 @@ class Engine(ABC):
         """What `check_request` needs beyond the records (a kernel, for checks that replay the engine),
         or None and why a part of the contract cannot be checked here."""
         return None, None
+
+    def decoder(self, header: Mapping[str, Any], vocab: list[bytes] | None) -> Decoder | None:
+        """Offline: token ids -> text for messages, from the trace's vocabulary record (`vocab`, when the
+        probe wrote one); an engine whose traces name their tokenizer otherwise may override it."""
+        return pieces_decoder(vocab) if vocab else None
+
+    def logical_calls(self, records: list[dict[str, Any]]) -> list[LogicalCall]:
+        """Offline: the request's calls that sequential decoding fixes by their logical prefix, for
+        `badc diff --by-prefix` (default: records that carry the ids they saw and `logical_len`)."""
+        return processor_calls(records)
 
     @abstractmethod
     def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],

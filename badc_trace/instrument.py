@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import itertools
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -156,6 +157,15 @@ def _digest(h: Any, v: Any, depth: int) -> None:
         _digest(h, vars(v), depth + 1)
 
 
+def _forget_vocabs() -> None:
+    """In a forked child, which writes its own trace: the vocabularies are its trace's to write again."""
+    for inst in BaseInstrumentor._instances.values():
+        getattr(inst, "_vocabs", set()).clear()
+
+
+os.register_at_fork(after_in_child=_forget_vocabs)
+
+
 class BaseInstrumentor:
     """Subclasses set `engine` (the name badc uses in every layer), `package` (distribution name),
     `supported` (a PEP 440 specifier set, e.g. ">=0.3.19,<0.4"), `hook` (the module whose first import
@@ -211,6 +221,7 @@ class BaseInstrumentor:
         self.sink = sink or TraceSink()
         self._local = threading.local()  # the request in progress, per thread
         self._ids = itertools.count()  # request ids (campaign workers set draw indices)
+        self._vocabs: set[Any] = set()  # tokenizers whose pieces this process's trace holds
         try:
             self._instrument(self.sink)
         except BaseException:
@@ -250,6 +261,21 @@ class BaseInstrumentor:
             req.crash = type(e).__name__
         self.sink.emit({"type": "crash", "req": None if req is None else req.id, "where": where,
                         "exc": type(e).__name__, "message": str(e)[:500]})
+
+    def _vocab(self, key: Any, pieces: Callable[[], list[bytes] | None]) -> None:
+        """Write a tokenizer's pieces (one byte string per token id) once per process, before the first
+        request that uses it, so replay and diff can show text beside ids (`pieces` may find none).
+        Never raises into the engine."""
+        if not self.sink.recording or key in self._vocabs:
+            return
+        self._vocabs.add(key)
+        try:
+            found = pieces()
+        except Exception:
+            self.sink.count("probe_errors")
+            return
+        if found is not None:
+            self.sink.emit({"type": "vocab", "name": str(key), "pieces": found})
 
     def _wrap(self, owner: Any, name: str, wrapper: Callable) -> None:
         original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)

@@ -44,23 +44,33 @@ def process_traces(path: str) -> list[Path]:
 class _LazyWriter:
     """Opens its trace at the first record: an engine that is only imported (vLLM imports
     transformers) leaves no trace, and FILE goes to the first engine that records anything. What it
-    holds is flushed every FLUSH_S seconds by a daemon thread: a server's processes are often stopped
-    by a signal, without atexit, after sitting idle with the last requests' records in the buffer."""
+    holds is flushed every FLUSH_S seconds by a daemon thread (a server sits idle with the last
+    requests' records in the buffer), or after every record when `write_through` (the processes a
+    program starts, which their parents may SIGKILL)."""
 
     FLUSH_S = 1.0
 
-    def __init__(self, make: Any):
-        self.make, self.writer = make, None
+    def __init__(self, make: Any, write_through: bool = False):
+        self.make, self.writer, self.write_through = make, None, write_through
         self.lock = threading.Lock()
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's open trace is the parent's (writing to it would interleave two
+        processes' chunks, closing it would write the parent's buffer twice); the child claims its own,
+        written through, since a parent may kill it."""
+        self.writer, self.lock, self.write_through = None, threading.Lock(), True
 
     def write(self, record: dict[str, Any]) -> None:
         with self.lock:
             if self.writer is None:
                 if record.get("type") == "counts" and not record.get("requests"):  # an engine that saw no request
                     return
-                self.writer = self.make()
+                self.writer = self.make(self.write_through)
                 threading.Thread(target=self._flush_often, name="badc-trace-flush", daemon=True).start()
             self.writer.write(record)
+            if self.write_through:
+                self.writer.flush()
 
     def _flush_often(self) -> None:
         while True:
@@ -70,10 +80,59 @@ class _LazyWriter:
                     return
                 self.writer.flush()
 
+    def idle(self, timeout: float) -> bool:
+        """Whether no write is in progress (waiting up to `timeout` s for one to end). From a signal
+        handler the interrupted write may be this thread's own: the trace is then left as it is (torn,
+        and said so by replay), never deadlocked."""
+        if not self.lock.acquire(timeout=timeout):
+            return False
+        self.lock.release()
+        return True
+
     def close(self) -> None:
         with self.lock:
             if self.writer is not None:
                 self.writer.close()
+
+
+_closers: list[Any] = []  # one per engine instrumented in this process: uninstrument, then close its trace
+
+
+def _close_traces() -> None:
+    while _closers:
+        _closers.pop()()
+
+
+def _exit_closing(real_exit: Any) -> Any:
+    """os._exit that closes this process's traces first: multiprocessing's forked children and servers'
+    workers end with os._exit, which skips atexit and would leave the trace without its end record."""
+    def _exit(code: int) -> None:
+        try:
+            _close_traces()
+        finally:
+            real_exit(code)
+    _exit.badc_real = real_exit
+    return _exit
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM's default (die at once) after closing the traces; a program that sets its own handler
+    replaces this one and ends through atexit."""
+    import signal
+
+    _close_traces()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _close_on_exit() -> None:
+    import signal
+
+    atexit.register(_close_traces)
+    if not hasattr(os._exit, "badc_real"):
+        os._exit = _exit_closing(os._exit)
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def activate() -> None:
@@ -85,25 +144,33 @@ def activate() -> None:
     from badc_trace.registry import probe_class, probe_paths
 
     out, level = os.environ["BADC_TRACE_OUT"], os.environ.get("BADC_TRACE_LEVEL", "calls")
+    # The program badc-trace started ends by itself or by a signal it can handle; the processes it starts
+    # are often killed (SIGKILL) by their parent at shutdown: theirs write every record through, so a
+    # trace without its end record still holds every record the process wrote (replay says which).
+    write_through = str(os.getppid()) != os.environ.get("BADC_TRACE_LAUNCHER")
 
     def hook_for(engine: str, cls: type):
         def install(_module: object) -> None:
             instrumentor = cls()
             if instrumentor.is_instrumented:
                 return
-            writer = _LazyWriter(lambda: TraceWriter(_claim(out), engine=engine, build=instrumentor.installed_version(),
-                                                     config={"argv": sys.argv, "pid": os.getpid(), "cwd": os.getcwd(),
-                                                             "python": sys.executable, "level": level}, seal=""))
+            writer = _LazyWriter(lambda through: TraceWriter(
+                _claim(out), engine=engine, build=instrumentor.installed_version(), seal="",
+                config={"argv": sys.argv, "pid": os.getpid(), "cwd": os.getcwd(), "python": sys.executable,
+                        "level": level, "write_through": through}), write_through)
             sink = TraceSink(writer, level)
             instrumentor.instrument(sink)
 
             def close() -> None:
                 instrumentor.uninstrument()
-                sink.close()
+                if writer.idle(timeout=2):
+                    sink.close()
 
-            atexit.register(close)
+            _closers.append(close)
 
         return install
+
+    _close_on_exit()
 
     for engine in probe_paths():  # probe modules import no engine, so loading the classes here is cheap
         cls = probe_class(engine)
@@ -134,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     out = os.path.abspath(args.out)
     for old in process_traces(out):  # a new run, new traces
         old.unlink()
-    env = dict(os.environ, BADC_TRACE_OUT=out, BADC_TRACE_LEVEL=args.level,
+    env = dict(os.environ, BADC_TRACE_OUT=out, BADC_TRACE_LEVEL=args.level, BADC_TRACE_LAUNCHER=str(os.getpid()),
                PYTHONPATH=os.pathsep.join(p for p in (str(_SITE), os.environ.get("PYTHONPATH", "")) if p))
     try:
         proc = subprocess.Popen(command, env=env)
@@ -150,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     traces = process_traces(out)
     print(f"badc-trace: exit {code}; traces: {', '.join(str(t) for t in traces) or 'none (no engine imported)'}",
           file=sys.stderr)
-    return code
+    return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell says it
 
 
 if __name__ == "__main__":

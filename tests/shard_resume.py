@@ -19,6 +19,8 @@ def _records(path: Path, history: tuple[str, str] | None) -> list[dict[str, Any]
     for r in reader:
         if history and r["type"] == history[0]:
             continue
+        if r["type"] == "vocab" and any(q["type"] == "vocab" for q in recs):
+            continue  # each process writes the tokenizer's pieces once: a resumed shard's second process too
         if "setup" in r:  # recorded arguments: their bytes go with the first request of each process, then the key
             r = {**r, "setup": {k: v for k, v in r["setup"].items() if k != "blob"}}
         recs.append({k: v for k, v in r.items() if k != history[1]} if history and r["type"] == "counts" else r)

@@ -140,3 +140,32 @@ def test_the_campaign_runner_end_to_end_on_the_toy_engine(tmp_path):
     assert rep["confirmed"] is False and rep["witness_ub"] < 3e-3
     assert rep["reasons"] == [f"repaired witness-rate upper bound {rep['witness_ub']:.2e} > 0.0001"]
     assert d3["repair"]["attempted"] is False and "confirmed through D1" in d3["repair"]["reasons"][0]
+
+
+def test_messages_show_text_beside_ids_and_diff_by_prefix_finds_the_planted_defect(tmp_path, capsys):
+    # The probe writes the vocabulary once per trace: replay and diff show text beside token ids. A run
+    # with speculation against the same draws without it, matched by logical prefix: the planted D1
+    # (processors read unverified drafts) is the first divergence; without the defect there is none.
+    import json
+
+    from badc_check.cli import main
+
+    bad, good = cfg(processors=MIN_TOKENS, defects=["D1"]), cfg(processors=MIN_TOKENS)
+    ENGINE.collect(bad, "on", 200, 1, trace_path=str(tmp_path / "bad.badc"))
+    ENGINE.collect(good, "on", 200, 1, trace_path=str(tmp_path / "good.badc"))
+    ENGINE.collect(good, "off", 200, 1, trace_path=str(tmp_path / "off.badc"), seed_arm="on")
+    assert main(["replay", str(tmp_path / "bad.badc"), "--json"]) == 1
+    first = json.loads(capsys.readouterr().out)["first_violation"]
+    prompt = "".join("abcde"[t] for t in good.prompt)
+    assert first["text"]["prefix"].startswith(repr(prompt)[:-1]) and repr(prompt)[:-1] in first["message"]
+    assert main(["diff", "--by-prefix", str(tmp_path / "bad.badc"), str(tmp_path / "off.badc")]) == 0
+    md = capsys.readouterr().out
+    assert "first divergence by logical prefix" in md and "in `ids`" in md and "| ids **≠** |" in md
+    assert repr(prompt)[:-1] in md
+    assert main(["diff", "--by-prefix", str(tmp_path / "good.badc"), str(tmp_path / "off.badc")]) == 0
+    md = capsys.readouterr().out
+    agreeing = int(md.split("A's ")[1].split(" calls")[0])
+    assert "No divergence" in md and agreeing > 200, md
+    # record by record, the two runs differ in kind at once: the message points to --by-prefix
+    assert main(["diff", str(tmp_path / "good.badc"), str(tmp_path / "off.badc")]) == 0
+    assert "--by-prefix" in capsys.readouterr().out

@@ -17,7 +17,8 @@ SCRIPT = textwrap.dedent("""
     from llama_cpp.llama import LogitsProcessorList, MinTokensLogitsProcessor
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
     from badc_trace.tiny import llama_cpp as tiny
-    llm = tiny.load(3, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=4, max_ngram_size=2))
+    DRAFTER = LlamaPromptLookupDecoding(num_pred_tokens=4, max_ngram_size=2)
+    llm = tiny.load(3, draft_model=DRAFTER)
     for seed in range(40):
         llm.create_completion("abcdabcdab", max_tokens=4, seed=seed, temperature=1.0,
                               logits_processor=LogitsProcessorList([MinTokensLogitsProcessor(3, llm.token_eos())]))
@@ -26,12 +27,25 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_badc_trace_instruments_an_unmodified_program(tmp_path, capsys):
-    out = trace_program(tmp_path, SCRIPT, BUILD.python)
-    assert main(["replay", str(out), "--json"]) == 1
     import json
 
+    (tmp_path / "on").mkdir(), (tmp_path / "off").mkdir()
+    out = trace_program(tmp_path / "on", SCRIPT, BUILD.python)
+    assert main(["replay", str(out), "--json"]) == 1
     res = json.loads(capsys.readouterr().out)
     assert res["requests"] == 40 and res["violations"] > 0 and res["first_violation"]["kind"] == "D1"
+    # the probe wrote the model's pieces: the prompt's ids read as the prompt
+    assert res["first_violation"]["text"]["prefix"].startswith("'abcdabcdab")
+    # the same program without speculation: held (exit 0); compared by logical prefix, the first
+    # divergence is MinTokens given the unverified drafts with the ids
+    off = trace_program(tmp_path / "off", SCRIPT.replace(", draft_model=DRAFTER", ""), BUILD.python)
+    assert main(["replay", str(off)]) == 0
+    capsys.readouterr()
+    assert main(["diff", "--by-prefix", str(out), str(off)]) == 0
+    md = capsys.readouterr().out
+    assert "(MinTokensLogitsProcessor), verify call" in md and "in `ids`" in md and "'abcdabcdab" in md, md
+    assert main(["diff", "--by-prefix", str(off), str(off)]) == 0
+    assert "No divergence" in capsys.readouterr().out
 
 
 def test_badc_trace_usage_errors_and_help():
@@ -77,13 +91,24 @@ TF_SCRIPT = textwrap.dedent("""
 
 
 @tf_only
-def test_badc_trace_instruments_a_transformers_program(tmp_path):
+def test_badc_trace_instruments_a_transformers_program(tmp_path, capsys):
     from badc_trace.format import read_trace
 
-    out = trace_program(tmp_path, TF_SCRIPT, TF_BUILD.python, "--level", "full")
+    (tmp_path / "on").mkdir(), (tmp_path / "off").mkdir()
+    out = trace_program(tmp_path / "on", TF_SCRIPT, TF_BUILD.python, "--level", "full")
     recs = list(read_trace(str(out)))
     assert sum(r["type"] == "request" for r in recs) == 10
     assert {r["role"] for r in recs if r["type"] == "processor"} == {"filter", "verify"}
+    # the same program without speculation, compared by logical prefix: guidance's scores differ at the
+    # first verification call (its unconditional history holds the drafts), at the prompt itself
+    off = trace_program(tmp_path / "off", TF_SCRIPT.replace(", prompt_lookup_num_tokens=3", ""), TF_BUILD.python,
+                        "--level", "full")
+    assert main(["diff", "--by-prefix", str(out), str(off)]) == 0
+    md = capsys.readouterr().out
+    assert "Request **0**, at logical prefix [0, 1, 2, 3, 0, 1, 2, 3, 0, 1] 'abcdabcdab'" in md, md
+    assert "UnbatchedClassifierFreeGuidanceLogitsProcessor), verify call" in md and "in `scores_out`" in md
+    assert main(["diff", "--by-prefix", str(off), str(off)]) == 0
+    assert "No divergence" in capsys.readouterr().out
 
 
 @tf_only

@@ -2,6 +2,8 @@
 
 What is recorded, per request (`create_completion`, or a `generate()` called on its own):
 
+- `vocab` (once per model in each process, before its first request): each token's bytes as
+  `detokenize` gives them, special tokens included, so replay and diff show text beside ids;
 - `request`: api, prompt ids, sampling keywords;
 - `draft`: each prompt-lookup drafter call, the length of the ids it read and its proposal;
 - `sample`: each sample position `idx`, the buffer length `n_tokens` and the sampled token;
@@ -91,6 +93,7 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         if isinstance(prompt, str):
             prompt = instance.tokenize(prompt.encode(), add_bos=False, special=False)
         req.prompt = [int(t) for t in prompt]
+        self._vocab(getattr(instance, "model_path", "model"), lambda: _pieces(instance))
         params = {k: v for k, v in bound.arguments.items()
                   if k not in ("self", "prompt", "tokens", "logits_processor", "stopping_criteria", "grammar")
                   and isinstance(v, int | float | str | bool | type(None))}
@@ -191,6 +194,11 @@ class LlamaCppInstrumentor(BaseInstrumentor):
             self.sink.emit({"type": "kv_rm", "req": req.id, "p0": p0, "p1": p1, "ok": bool(out)})
         return out
 
+
+
+def _pieces(llm: Any) -> list[bytes]:
+    """Each token's bytes as llama.cpp's detokenizer gives them, special tokens included."""
+    return [bytes(llm.detokenize([i], special=True)) for i in range(llm.n_vocab())]
 
 
 class _RecordingProcessor:

@@ -1,4 +1,5 @@
-"""Probes for the toy engine (badc_toy): per request, the prompt and what was returned; every drafter
+"""Probes for the toy engine (badc_toy): its vocabulary as text (`vocab`, once per process); per request,
+the prompt and what was returned; every drafter
 call with the committed ids and the drafts; every processor call with the ids it saw, its logical
 prefix length and, for stateful processors, its state after the call; every stop check with the ids it
 saw and where it ran (after each committed token, or at the end of a verification block).
@@ -17,6 +18,13 @@ from badc_trace.outcomes import format_outcome
 class _Request:
     def __init__(self, rid: int, prompt: list[int]):
         self.id, self.prompt, self.crash, self.outcome = rid, prompt, None, None
+
+
+def _pieces() -> list[bytes]:
+    """The toy vocabulary as text: tokens 0-4 are a-e, the last is EOS."""
+    from badc_toy.engine import VOCAB
+
+    return [chr(ord("a") + i).encode() for i in range(VOCAB - 1)] + [b"</s>"]
 
 
 class ToyInstrumentor(BaseInstrumentor):
@@ -40,6 +48,7 @@ class ToyInstrumentor(BaseInstrumentor):
         req = _Request(next(self._ids), [int(t) for t in prompt])
         self._local.req = req
         self.sink.count("requests")
+        self._vocab("toy", _pieces)
         self.sink.emit({"type": "request", "req": req.id, "prompt": req.prompt,
                         "params": {"max_new_tokens": max_new_tokens, "speculative": instance.speculative}})
         try:

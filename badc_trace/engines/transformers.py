@@ -3,6 +3,8 @@
 What is recorded, per request (the outermost `generate()`; a draft model's `generate()` inside it is
 tracked as nesting, its calls carry role `draft`):
 
+- `vocab` (once per model in each process, at levels calls and full): each token's text decoded alone,
+  from the tokenizer given to generate() or saved with the model's folder, for text beside ids;
 - `request`: prompt ids, the plain generation keywords and, at levels calls and full, `setup`: every
   keyword and the model's generation config as portable bytes (badc_trace/portable.py; models and
   tokenizers by path), written with the first request of a distinct set in each process and named
@@ -98,6 +100,20 @@ class _Request:
         self.last_draft = None
 
 
+def _pieces(path: str, tokenizer: Any) -> list[bytes] | None:
+    """Each token's text decoded alone, from the tokenizer the program gave generate(), or the one saved
+    beside a model loaded from a folder (badc's tiny models: their vocabulary); None when neither."""
+    if path.startswith("tiny:"):
+        from badc_trace.tiny.transformers import VOCAB
+
+        return [t.encode() for t in VOCAB]
+    if tokenizer is None and os.path.isdir(path):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return None if tokenizer is None else [tokenizer.decode([i]).encode() for i in range(len(tokenizer))]
+
+
 class TransformersInstrumentor(BaseInstrumentor):
     package = "transformers"
     engine = "transformers"
@@ -146,6 +162,8 @@ class TransformersInstrumentor(BaseInstrumentor):
         rec = {"type": "request", "req": req.id, "prompt": [] if prompt is None else _ids(prompt), "params": params}
         if self.sink.recording:
             rec["setup"] = self._setup(instance, kwargs)
+            path = str(getattr(instance, "name_or_path", "") or "")
+            self._vocab(path, lambda: _pieces(path, kwargs.get("tokenizer")))
         self.sink.emit(rec)
         try:
             out = wrapped(*args, **kwargs)

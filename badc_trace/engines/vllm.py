@@ -3,7 +3,8 @@ caller's (`LLM.generate`) writes `request` and `return` records, the model runne
 vLLM's engine-core process with `VLLM_ENABLE_V1_MULTIPROCESSING=1`) the `step` records. Under
 badc-trace each process writes its own trace; `badc replay` joins them by request id.
 
-What is recorded, per request of the outermost `LLM.generate()`:
+What is recorded, per request of the outermost `LLM.generate()` (and, once per tokenizer in the
+caller's process, a `vocab` record: each token's text decoded alone, for text beside ids in messages):
 
 - `request`: prompt ids and the sampling parameters the contract needs (max_tokens, min_tokens, the
   stop token ids with EOS, temperature);
@@ -14,7 +15,10 @@ What is recorded, per request of the outermost `LLM.generate()`:
   was divided by in `apply_sampling_constraints` (measured from the row itself), and the tokens the
   step produced;
 - `crash`: an exception raised to the caller;
-- `return`: the returned ids, finish reason and stop reason.
+- `return`: the returned ids, finish reason and stop reason (with `n` > 1, those of the first
+  completion, and `completions`: every completion's index, ids and finish reason; its steps carry the
+  engine's request id of their completion, `engine_req` (`i_<id>`), so each completion is checked on
+  its own).
 
 Rows are tied to requests by a `badc_req` key the probe adds to each request's `extra_args` (on a
 clone of the caller's `SamplingParams`). Levels: `counts` keeps exercise counters only; `calls` and
@@ -23,6 +27,7 @@ clone of the caller's `SamplingParams`). Levels: `counts` keeps exercise counter
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import wrapt
@@ -31,6 +36,7 @@ from badc_trace.instrument import BaseInstrumentor, TraceSink
 from badc_trace.outcomes import format_outcome
 
 KEY = "badc_req"
+CHILD = re.compile(r"(\d+)_")  # vLLM names completion i of a request with n > 1 "i_<request id>"
 
 
 class _Request:
@@ -78,7 +84,26 @@ def _masked(before: Any, after: Any) -> list[list[int]]:
 def _request_record(rid: int, prompt_ids: Any, p: Any, stops: list[int]) -> dict[str, Any]:
     return {"type": "request", "req": rid, "prompt": [int(t) for t in prompt_ids or ()],
             "params": {"max_tokens": p.max_tokens, "min_tokens": p.min_tokens, "temperature": p.temperature,
-                       "stop_token_ids": stops, "stop": list(p.stop or ())}}
+                       "stop_token_ids": stops, "stop": list(p.stop or ()), "n": p.n}}
+
+
+def _return_record(rid: int, completions: list[Any], tokens_of: Any) -> dict[str, Any]:
+    """The first completion's tokens and finish, and with n > 1 every completion's (by its index)."""
+    c = completions[0] if completions else None
+    tokens = [int(t) for t in tokens_of(c)] if c is not None else []
+    finish = c.finish_reason if c is not None else None
+    rec = {"type": "return", "req": rid, "tokens": tokens, "finish_reason": finish,
+           "stop_reason": c.stop_reason if c is not None else None, "outcome": format_outcome(tokens, finish or "none")}
+    if len(completions) > 1:
+        rec["completions"] = [{"index": x.index, "tokens": [int(t) for t in tokens_of(x)],
+                               "finish_reason": x.finish_reason} for x in completions]
+    return rec
+
+
+def _pieces(tok: Any) -> list[bytes]:
+    """Each token's text as the tokenizer decodes it alone (a byte-level piece that is part of a
+    character shows as U+FFFD)."""
+    return [tok.decode([i]).encode() for i in range(len(tok))]
 
 
 class VllmInstrumentor(BaseInstrumentor):
@@ -138,6 +163,7 @@ class VllmInstrumentor(BaseInstrumentor):
             params = instance.get_default_sampling_params()
         plist = list(params) if isinstance(params, list | tuple) else [params] * len(prompts)
         tok = instance.get_tokenizer()
+        self._vocab(getattr(tok, "name_or_path", "tokenizer"), lambda: _pieces(tok))
         reqs, tagged = [], []
         for prompt, p in zip(prompts, plist, strict=True):
             req = _Request(next(self._ids))
@@ -163,11 +189,8 @@ class VllmInstrumentor(BaseInstrumentor):
         finally:
             self._local.req = None
         for req, out in zip(reqs, outs, strict=True):
-            c = out.outputs[0]
-            tokens = [int(t) for t in c.token_ids]
             self._flush(req.id)
-            self.sink.emit({"type": "return", "req": req.id, "tokens": tokens, "finish_reason": c.finish_reason,
-                            "stop_reason": c.stop_reason, "outcome": format_outcome(tokens, c.finish_reason or "none")})
+            self.sink.emit(_return_record(req.id, list(out.outputs), lambda c: c.token_ids))
         return outs
 
     def _generate_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -189,17 +212,22 @@ class VllmInstrumentor(BaseInstrumentor):
         else:
             kwargs["sampling_params"] = q
         tok = instance.tokenizer
+        if tok is not None:
+            self._vocab(getattr(tok, "name_or_path", "tokenizer"), lambda: _pieces(tok))
         stops = sorted({*(params.stop_token_ids or ()),
                         *([] if params.ignore_eos or tok is None else [tok.eos_token_id])})
         delta = params.output_kind == RequestOutputKind.DELTA
         emit = self.sink.emit
 
         async def stream() -> Any:
-            last, tokens = None, []
+            last, tokens = None, {}  # per completion index
+            completions: dict[int, Any] = {}
             try:
                 async for out in wrapped(*args, **kwargs):
                     last = out
-                    tokens = tokens + list(out.outputs[0].token_ids) if delta else list(out.outputs[0].token_ids)
+                    for c in out.outputs:
+                        completions[c.index] = c
+                        tokens[c.index] = tokens.get(c.index, []) + list(c.token_ids) if delta else list(c.token_ids)
                     yield out
             except BaseException as e:  # a crash, or the client went away (cancelled)
                 self._crash(req, "caller", e)
@@ -208,12 +236,7 @@ class VllmInstrumentor(BaseInstrumentor):
                       "outcome": format_outcome([], f"crash:{type(e).__name__}")})
                 raise
             emit(_request_record(req.id, getattr(last, "prompt_token_ids", None), params, stops))
-            c = last.outputs[0] if last is not None else None
-            ids = [int(t) for t in tokens]
-            finish = c.finish_reason if c is not None else None
-            emit({"type": "return", "req": req.id, "tokens": ids, "finish_reason": finish,
-                  "stop_reason": c.stop_reason if c is not None else None,
-                  "outcome": format_outcome(ids, finish or "none")})
+            emit(_return_record(req.id, [completions[i] for i in sorted(completions)], lambda c: tokens[c.index]))
 
         return stream()
 
@@ -263,6 +286,8 @@ class VllmInstrumentor(BaseInstrumentor):
             rec = {"type": "step", "req": req, "committed": committed.get(rid), "drafts": drafts,
                    "verify_masked": verify, "verify_temperature": temps, "final_masked": final,
                    "role": "bonus" if n else "step", "produced": produced}
+            if CHILD.match(rid):  # completion i of a request with n > 1: which one (other ids vary run to run)
+                rec["engine_req"] = rid
             if req in self._pending and self.sink.recording:
                 self._pending[req].append(rec)
             else:

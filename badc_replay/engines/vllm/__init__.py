@@ -24,9 +24,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from badc_replay.contract import Violation
+from badc_replay.diff import LogicalCall
 from badc_replay.engine import Engine, SimulatorCheck, nearest
 from badc_replay.engines.vllm.config import BATCH, VllmConfig
-from badc_replay.engines.vllm.contract import check_request
+from badc_replay.engines.vllm.contract import check_request, logical_calls
 from badc_replay.engines.vllm.harness import Harness
 from badc_replay.engines.vllm.kernel import Kernel, kernel_for
 from badc_replay.engines.vllm.simulator import HYPOTHESES, NgramSimulator
@@ -90,6 +91,9 @@ class VllmEngine(Engine):
     def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],
                       context: Any = None) -> list[Violation]:
         return check_request(records, config)
+
+    def logical_calls(self, records: list[dict[str, Any]]) -> list[LogicalCall]:
+        return logical_calls(records)
 
 
 ENGINE = VllmEngine()

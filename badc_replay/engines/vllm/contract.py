@@ -2,24 +2,50 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from badc_replay.contract import RequestUnchecked, Violation
+from badc_replay.diff import LogicalCall
 from badc_replay.engines.vllm.config import TEMPERATURE_TOLERANCE
+from badc_trace.engines.vllm import CHILD
 
 
 def check_request(records: list[dict[str, Any]], config: Mapping[str, Any]) -> list[Violation]:
-    """Contract replay of one request's rows. A row's logical position is the committed length plus
-    the drafts before it; a row is used when every draft before it was accepted.
+    """Contract replay of one request's rows (`_check_rows`); a request with n > 1 completions is
+    checked completion by completion, its steps told apart by the engine's request id of each."""
+    req = next((r for r in records if r["type"] == "request"), None)
+    steps = [i for i, r in enumerate(records) if r["type"] == "step"]
+    if not steps and any(r["type"] == "return" and r.get("tokens") for r in records):
+        raise RequestUnchecked("it returned tokens, but none of its model-runner steps is in this trace (vLLM's engine "
+                               "core ran in another process: replay the run's traces together, e.g. `badc replay "
+                               "FOLDER`)")
+    if req is None:
+        return []
+    if int(req["params"].get("n") or 1) == 1:
+        return _check_rows(req, records)
+    children: dict[int, list[int]] = {}
+    for i in steps:
+        child = CHILD.match(str(records[i].get("engine_req", "")))
+        if child is None:
+            raise RequestUnchecked("a request with n > 1 whose steps do not say which completion they belong to")
+        children.setdefault(int(child.group(1)), []).append(i)
+    found = []
+    for index, rows in sorted(children.items()):
+        found += [dataclasses.replace(v, call=rows[v.call], what=f"completion {index}, {v.what}")
+                  for v in _check_rows(req, [records[i] for i in rows])]
+    return found
+
+
+def _check_rows(req: dict[str, Any], records: list[dict[str, Any]]) -> list[Violation]:
+    """A row's logical position is the committed length plus the drafts before it; a row is used when
+    every draft before it was accepted.
 
     - D2, draft rows: each was divided by the request's temperature (`verify_temperature`, measured
       from the row's entries before and after `apply_sampling_constraints`);
     - D1, every used row: the stop tokens are masked exactly when its logical position is below
       min_tokens (the masks seen are the tokens the processors set to -inf on that row)."""
-    req = next((r for r in records if r["type"] == "request"), None)
-    if req is None:
-        return []
     m = int(req["params"].get("min_tokens") or 0)
     temperature = float(req["params"].get("temperature") or 0.0)
     max_tokens = int(req["params"].get("max_tokens") or 1 << 30)
@@ -55,9 +81,28 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any]) -> l
                                        out + list(drafts[:j]), {"stop tokens masked": expected},
                                        {"stop tokens masked": seen, "committed tokens": c}))
         out.extend(produced)
-    if not any(rec["type"] == "step" for rec in records) and any(rec["type"] == "return" and rec.get("tokens")
-                                                                   for rec in records):
-        raise RequestUnchecked("it returned tokens, but none of its model-runner steps is in this trace (vLLM's engine "
-                               "core ran in another process: replay the run's traces together, e.g. `badc replay "
-                               "FOLDER`)", found)
     return found
+
+
+def logical_calls(records: list[dict[str, Any]]) -> list[LogicalCall]:
+    """Every used row of the request's steps at its logical prefix (prompt, committed output, the drafts
+    before the row), with the tokens its logits processors masked: for `badc diff --by-prefix`."""
+    req = next((r for r in records if r["type"] == "request"), None)
+    prompt = list(req["prompt"]) if req is not None else []
+    calls: list[LogicalCall] = []
+    outs: dict[str, list[int]] = {}  # per completion (n > 1): the engine's request id of each
+    for idx, rec in enumerate(records):
+        if rec["type"] != "step":
+            continue
+        out = outs.setdefault(str(rec.get("engine_req")), [])
+        drafts, produced = list(rec["drafts"]), rec["produced"]
+        accepted = len(produced) - 1 if drafts else 0
+        for j in range(min(len(drafts), accepted + 1)):
+            calls.append(LogicalCall("row", f"draft row {j} (RejectionSampler.apply_logits_processors)",
+                                     tuple(prompt + out + drafts[:j]), {"masked": sorted(rec["verify_masked"][j])},
+                                     idx))
+        if accepted == len(drafts):
+            calls.append(LogicalCall("row", f"{rec['role']} row (Sampler.apply_logits_processors)",
+                                     tuple(prompt + out + drafts), {"masked": sorted(rec["final_masked"])}, idx))
+        out.extend(produced)
+    return calls
