@@ -1,0 +1,271 @@
+#!/usr/bin/env python
+"""badc's one benchmark command: every figure as a ratio measured in one run on one machine.
+
+Per engine build that is set up (the toy engine always): the bare engine loop (the harness's draws, no
+probe) against badc's collection at levels counts, calls and full (draw loop only; the trace replay
+timed on its own: replay calls per second), trace bytes per draw, the exact law's time, and a campaign
+worker process (`python -m badc_replay.worker`) against the same probes in the bench's own process.
+Then, engine-free: 1 against 2 local workers on one campaign, one channel-S decision of a 10,000-event
+family at 200,000 draws per arm, and draws per arm to FAILS with `--anytime` against fixed n on the
+paper's strong effects. Rates leave out start-up (engine load, model build): each is timed between the
+first progress report of a loop and its end. The last line is a one-line summary of the ratios.
+
+    .venv/bin/python tools/bench.py            # about 15 minutes on 2 cores
+    .venv/bin/python tools/bench.py --quick    # at most 5 minutes
+    .venv/bin/python tools/bench.py --engines llama_cpp,toy --json bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+# What each engine is measured on: a processor composed with speculation (the kind of config badc
+# exists for), the build, and draws per loop (quick, full). A loop's rate is taken from its first
+# progress report (the engine's `progress_every` draws) to its end, so draws must be several of those.
+ENGINES: dict[str, dict[str, Any]] = {
+    "toy": {"build": None, "draws": (4000, 20000),
+            "config": {"processors": [{"name": "min_tokens", "min_tokens": 3}]}},
+    "llama_cpp": {"build": "0.3.36", "draws": (4000, 20000),
+                  "config": {"processors": [{"name": "min_tokens", "min_tokens": 3}], "sampling": {"temperature": 1.0},
+                             "drafter": {"method": "prompt_lookup", "num_pred_tokens": 4, "max_ngram_size": 2}}},
+    "transformers": {"build": "5.24.0", "draws": (1000, 3000), "config": {"generation": {"guidance_scale": 1.5}}},
+    "vllm": {"build": "0.32.0", "draws": (2000, 10000), "config": {"sampling": {"temperature": 1.0}}},
+}
+LEVELS = ("counts", "calls", "full")
+
+
+# -- inside the build's interpreter ------------------------------------------------------------------
+def _loop_rate(marks: list[tuple[float, int]]) -> float:
+    """Draws per second between the first and the last progress report."""
+    (t0, d0), (t1, d1) = marks[0], marks[-1]
+    return (d1 - d0) / (t1 - t0) if t1 > t0 and d1 > d0 else float("nan")
+
+
+def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[str, Any]:
+    """The cells of one engine measured in this process (`bare`, a level, `law`), as JSON-able figures."""
+    from badc_replay.contract import replay_trace
+    from badc_replay.registry import get_engine
+
+    engine = get_engine(engine_name)
+    cfg = engine.parse_config({"id": "bench", **ENGINES[engine_name]["config"]})
+    out: dict[str, Any] = {}
+    for cell in cells:
+        if cell == "bare":
+            h = engine.harness(cfg, speculative=True)
+            step = engine.batch
+            seeds = list(range(draws))
+            warm = min(engine.progress_every, draws // 4)
+            for lo in range(0, warm, step):
+                h.draw(seeds[lo:lo + step]) if step > 1 else h.draw(seeds[lo])
+            t = time.perf_counter()
+            for lo in range(warm, draws, step):
+                h.draw(seeds[lo:lo + step]) if step > 1 else h.draw(seeds[lo])
+            out["bare"] = (draws - warm) / (time.perf_counter() - t)
+        elif cell == "law":
+            t = time.perf_counter()
+            law = engine.reference_law(cfg)
+            out["law_s"], out["law_outcomes"] = time.perf_counter() - t, len(law.law)
+        else:  # a level
+            marks: list[tuple[float, int]] = []
+            trace = None if cell == "counts" else os.path.join(folder, f"{engine_name}-{cell}.badc")
+            engine.collect(cfg, "on", draws, 1, trace_path=trace, level=cell,
+                           progress=lambda done, resumed=False, marks=marks: marks.append((time.perf_counter(), done)))
+            out[cell] = _loop_rate(marks)
+            if trace is not None:  # collect replays its trace too; timed here on its own
+                t = time.perf_counter()
+                res = replay_trace(trace)
+                replay = time.perf_counter() - t
+                out[f"{cell}_replay_calls_per_s"] = res.calls / replay if replay else float("nan")
+                out[f"{cell}_bytes_per_draw"] = os.path.getsize(trace) / draws
+                out[f"{cell}_with_replay"] = 1 / (1 / out[cell] + replay / draws)  # draw loop, then its replay
+    return out
+
+
+# -- the driver --------------------------------------------------------------------------------------
+def _python_for(engine: str) -> str | None:
+    build = ENGINES[engine]["build"]
+    if build is None:
+        return sys.executable
+    from badc_check.builds import build_for
+
+    try:
+        b = build_for(engine, build)
+    except LookupError:
+        return None
+    return str(b.python) if b.installed else None
+
+
+def _run_child(python: str, engine: str, draws: int, cells: list[str], folder: str) -> dict[str, Any]:
+    cmd = [python, str(Path(__file__).resolve()), "--child", engine, "--draws", str(draws), "--cells",
+           ",".join(cells), "--folder", folder]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode:
+        raise RuntimeError(f"{engine} {cells}: {proc.stderr[-1500:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _worker_rate(python: str, engine: str, draws: int, level: str, folder: str) -> float:
+    """A campaign worker's draw loop, from its stderr progress lines (`progress ARM DONE/TOTAL`)."""
+    cfg = Path(folder) / f"{engine}-worker.json"
+    cfg.write_text(json.dumps({"id": "bench", "engine": engine, **({"build": ENGINES[engine]["build"]}
+                                                                   if ENGINES[engine]["build"] else {}),
+                               **ENGINES[engine]["config"]}))
+    cmd = [python, "-m", "badc_replay.worker", str(cfg), "--out", str(Path(folder) / f"{engine}-worker"), "--arm",
+           "on", "--start", "0", "--count", str(draws), "--seed", "1", "--level", level, "--seal", "bench"]
+    marks: list[tuple[float, int]] = []
+    with subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT) as proc:
+        for line in proc.stderr:
+            if line.startswith("progress "):
+                marks.append((time.perf_counter(), int(line.split()[2].split("/")[0])))
+    if proc.returncode:
+        raise RuntimeError(f"{engine} worker exited {proc.returncode}")
+    return _loop_rate(marks)
+
+
+def engine_figures(engine: str, quick: bool, folder: str) -> dict[str, Any] | None:
+    python = _python_for(engine)
+    if python is None:
+        return None
+    draws = ENGINES[engine]["draws"][0 if quick else 1]
+    from badc_replay.registry import get_engine
+
+    # vLLM runs one in-process LLM per process (docs/engines/vllm.md): one process per cell there
+    per_process = get_engine(engine).batch > 1
+    cells = ["bare", *LEVELS, "law"]
+    fig: dict[str, Any] = {"draws": draws}
+    if per_process:
+        for cell in cells:
+            fig.update(_run_child(python, engine, draws, [cell], folder))
+    else:
+        fig.update(_run_child(python, engine, draws, cells, folder))
+    fig["worker_calls"] = _worker_rate(python, engine, draws, "calls", folder)
+    return fig
+
+
+def workers_figures(quick: bool, folder: str) -> dict[str, float]:
+    """1 against 2 local workers on a toy campaign of 4 shards (engine-free, runs everywhere)."""
+    from badc_check.campaign import load_campaign, run_campaign
+
+    n = 8000 if quick else 40000
+    path = Path(folder) / "workers.toml"
+    path.write_text(f'[campaign]\nname = "bench"\ndraws = {n}\nshard = {n // 2}\nseed = 1\n'
+                    '[defaults]\nengine = "toy"\nbuild = "0.1.0"\n[[config]]\nid = "A"\n'
+                    'processors = [{ name = "min_tokens", min_tokens = 3 }]\n')
+    times = {}
+    for k in (1, 2):
+        t = time.perf_counter()
+        run_campaign(load_campaign(path), Path(folder) / f"w{k}", workers=k, log=lambda m: None, plots=False)
+        times[k] = time.perf_counter() - t
+    return {"one_s": times[1], "two_s": times[2], "speedup": times[1] / times[2]}
+
+
+def decision_figures() -> dict[str, float]:
+    import numpy as np
+    from bench_decision import big_law
+
+    from badc_check.decide import Arm, Config, decide
+    from badc_check.events import EventFamily
+
+    law = big_law()
+    rng = np.random.default_rng(1)
+    keys, p = list(law), np.array(list(law.values()))
+    on, off = (dict(zip(keys, rng.multinomial(200_000, p).tolist(), strict=True)) for _ in range(2))
+    t = time.perf_counter()
+    fam = EventFamily.build(law)
+    decide(Config("bench", Arm(on, proposed=1), Arm(off), reference=law), family=fam)
+    return {"decision_s": time.perf_counter() - t, "events": len(fam)}
+
+
+def anytime_figures(quick: bool) -> dict[str, float]:
+    import numpy as np
+    from bench_anytime import EFFECTS, N, effect_law, simulate
+
+    from badc_check.events import EventFamily
+    from tests.lawgen import random_law
+
+    rng = np.random.default_rng(20261201)
+    p = random_law(21)
+    runs = 10 if quick else 50
+    out = {}
+    for name, tv in EFFECTS.items():
+        if tv < 0.1:  # the strong effects only: a weak one takes the whole n either way
+            continue
+        q = effect_law(p, tv)
+        seq = simulate(p, q, EventFamily.build(p, {"H": q}), runs, rng, sequential=True)
+        out[name] = N / float(np.median(np.where(seq > 0, seq, N)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--quick", action="store_true", help="fewer draws per loop: at most 5 minutes")
+    ap.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated, of {', '.join(ENGINES)}")
+    ap.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--draws", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--cells", help=argparse.SUPPRESS)
+    ap.add_argument("--folder", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.draws, args.cells.split(","), args.folder)))
+        return 0
+    engines = [e for e in args.engines.split(",") if e]
+    unknown = [e for e in engines if e not in ENGINES]
+    if unknown:
+        ap.error(f"unknown engine {unknown[0]!r} (known: {', '.join(ENGINES)})")
+    t0 = time.monotonic()
+    print(f"# badc bench: {platform.node()}, {os.cpu_count()} cores, {platform.machine()}, Python "
+          f"{platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}{', quick' if args.quick else ''}")
+    figures: dict[str, Any] = {"engines": {}}
+    summary = []
+    with tempfile.TemporaryDirectory() as folder:
+        print("\n| engine | draws | bare draws/s | counts | calls | full | full + replay | replay calls/s | "
+              "bytes/draw calls, full | exact law | worker / bench (calls) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for engine in engines:
+            fig = engine_figures(engine, args.quick, folder)
+            if fig is None:
+                print(f"| {engine} | build {ENGINES[engine]['build']} not set up | | | | | | | | | |")
+                continue
+            figures["engines"][engine] = fig
+            bare = fig["bare"]
+            r = {lv: fig[lv] / bare for lv in LEVELS}
+            worker = fig["worker_calls"] / fig["calls"]
+            print(f"| {engine} | {fig['draws']:,} | {bare:,.0f} | {r['counts']:.2f} | {r['calls']:.2f} | "
+                  f"{r['full']:.2f} | {fig['full_with_replay'] / bare:.2f} | {fig['full_replay_calls_per_s']:,.0f} | "
+                  f"{fig['calls_bytes_per_draw']:.0f}, {fig['full_bytes_per_draw']:.0f} | {fig['law_s']:.1f} s "
+                  f"({fig['law_outcomes']} outcomes) | {worker:.2f} |")
+            summary.append(f"{engine} counts {r['counts']:.2f} full+replay {fig['full_with_replay'] / bare:.2f} "
+                           f"worker {worker:.2f}")
+        w = figures["workers"] = workers_figures(args.quick, folder)
+        print(f"\nlocal workers (toy campaign, 2 shards): 1 worker {w['one_s']:.1f} s, 2 workers {w['two_s']:.1f} s: "
+              f"{w['speedup']:.2f}x")
+        d = figures["decision"] = decision_figures()
+        print(f"one channel-S decision, {d['events']:,} events, 200,000 draws per arm: {d['decision_s']:.2f} s")
+        a = figures["anytime"] = anytime_figures(args.quick)
+        print("draws to FAILS, fixed n / --anytime (median over simulated configs): "
+              + ", ".join(f"{k} {v:.0f}x" for k, v in a.items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+    print(f"\nbench ({time.monotonic() - t0:.0f} s): " + "; ".join(summary)
+          + f"; 2 workers {w['speedup']:.2f}x; decision {d['decision_s']:.2f} s; anytime "
+          + ", ".join(f"{v:.0f}x" for v in a.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
