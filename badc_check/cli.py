@@ -147,10 +147,15 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from badc_trace.format import TraceFormatError
 
     try:
-        print(markdown(_trace_set(args.a), _trace_set(args.b), by_prefix=args.by_prefix), end="")
+        report = markdown(_trace_set(args.a), _trace_set(args.b), by_prefix=args.by_prefix)
     except (TraceFormatError, ValueError, OSError) as e:
         print(f"badc diff: {e}", file=sys.stderr)
         return 2
+    print(report.markdown, end="")
+    if not report.compared:  # "no divergence" about nothing is not a result
+        print("badc diff: UNCHECKED: nothing was compared (no request on both sides" +
+              (", or no call of A at a logical prefix B reached" if args.by_prefix else "") + ")", file=sys.stderr)
+        return 3
     return 0
 
 
@@ -217,7 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "e.g. the faulty arm against the repaired arm of one configuration, on the "
                                     "same seeds. With --by-prefix, match calls by their logical prefix instead: "
                                     "a program run with speculation (A) against the same program without it "
-                                    "(B), where the records cannot be matched one to one.")
+                                    "(B), where the records cannot be matched one to one.",
+                        epilog="Exit status: 0 with the Markdown (a divergence or none), 2 on a usage or format "
+                               "error, 3 when nothing was compared (no request on both sides, or by prefix no "
+                               "call at a prefix both reached).")
     df.add_argument("a", metavar="TRACE_A", help="a trace, or a folder with one run's traces (as for replay)")
     df.add_argument("b", metavar="TRACE_B")
     df.add_argument("--by-prefix", action="store_true",

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from badc_replay.contract import open_traces, requests_of
-from badc_replay.text import Decoder, ids_text, trace_vocab
+from badc_replay.text import Decoder, ids_text, trace_decoder
 
 IGNORED = {"req", "created", "elapsed"}
 SECONDARY = {"state"}
@@ -135,35 +135,26 @@ def _differs(x: Any, y: Any) -> bool:
 
 
 def first_divergence(a: str | list[str],
-                     b: str | list[str]) -> tuple[dict[str, Any], dict[str, Any], Divergence | None]:
-    """Each side a trace or the set of one run's traces (joined by request id)."""
+                     b: str | list[str]) -> tuple[dict[str, Any], dict[str, Any], Divergence | None, int]:
+    """Each side a trace or the set of one run's traces (joined by request id); also how many records
+    were found identical before the divergence (or in all, without one)."""
     ra, rb = open_traces([a] if isinstance(a, str) else a), open_traces([b] if isinstance(b, str) else b)
     same = 0
     ia, ib = requests_of(ra), requests_of(rb)
     ra, rb = ra[0], rb[0]  # the headers that name each side
     for (qa, recs_a), (qb, recs_b) in zip(ia, ib, strict=False):
         if qa != qb:
-            return ra.header, rb.header, Divergence(min(qa, qb), 0, "request", None, None, ["request id"], same)
+            return ra.header, rb.header, Divergence(min(qa, qb), 0, "request", None, None, ["request id"], same), same
         for i in range(max(len(recs_a), len(recs_b))):
             a = recs_a[i] if i < len(recs_a) else None
             b = recs_b[i] if i < len(recs_b) else None
             if a is None or b is None or a["type"] != b["type"]:
-                return ra.header, rb.header, Divergence(qa, i, (a or b)["type"], a, b, ["type"], same)
+                return ra.header, rb.header, Divergence(qa, i, (a or b)["type"], a, b, ["type"], same), same
             fields = sorted(k for k in set(a) | set(b) if k not in IGNORED and _differs(a.get(k), b.get(k)))
             if set(fields) - SECONDARY:
-                return ra.header, rb.header, Divergence(qa, i, a["type"], a, b, fields, same)
+                return ra.header, rb.header, Divergence(qa, i, a["type"], a, b, fields, same), same
             same += 1
-    return ra.header, rb.header, None
-
-
-def side_decoder(paths: list[str], header: dict[str, Any]) -> Decoder | None:
-    """ids -> text for one side's traces, when its trace knows the tokenizer (never an error)."""
-    from badc_replay.registry import get_engine  # the registry imports the engines, which import this package
-
-    try:
-        return get_engine(header["engine"]).decoder(header, trace_vocab(paths))
-    except Exception:
-        return None
+    return ra.header, rb.header, None, same
 
 
 def _show(v: Any, decode: Decoder | None = None) -> str:
@@ -201,7 +192,13 @@ def _table(a: dict[str, Any], b: dict[str, Any], fields: list[str], dec_a: Decod
     return lines
 
 
-def markdown(a: str | list[str], b: str | list[str], *, by_prefix: bool = False) -> str:
+@dataclass(frozen=True)
+class DiffReport:
+    markdown: str
+    compared: int  # records (or, by prefix, calls) compared: none means nothing was checked
+
+
+def markdown(a: str | list[str], b: str | list[str], *, by_prefix: bool = False) -> DiffReport:
     """The first divergence as Markdown: record by record (same seeds: faulty against repaired), or
     `by_prefix`: calls matched by their logical prefix (with speculation against without)."""
     pa, pb = ([p] if isinstance(p, str) else p for p in (a, b))
@@ -210,8 +207,8 @@ def markdown(a: str | list[str], b: str | list[str], *, by_prefix: bool = False)
         cmp = first_prefix_divergence(pa, pb)
         ha, hb = cmp.header_a, cmp.header_b
     else:
-        ha, hb, d = first_divergence(pa, pb)
-    dec_a, dec_b = side_decoder(pa, ha), side_decoder(pb, hb)
+        ha, hb, d, same = first_divergence(pa, pb)
+    dec_a, dec_b = trace_decoder(pa, ha), trace_decoder(pb, hb)
     lines = ["### badc diff: first divergence" + (" by logical prefix" if by_prefix else ""), "",
              f"- **A** {_who(ha, path_a)}", f"- **B** {_who(hb, path_b)}", ""]
     if by_prefix:
@@ -220,17 +217,17 @@ def markdown(a: str | list[str], b: str | list[str], *, by_prefix: bool = False)
             lines.append(f"No divergence: at every logical prefix both sides reached, in {cmp.shared_requests} "
                          f"requests on both sides, A's {cmp.agreeing} calls saw and gave what B's did (scores "
                          f"within {SCORE_TOLERANCE:g}). Prefixes one side never reached are not compared.")
-            return "\n".join(lines) + "\n"
+            return DiffReport("\n".join(lines) + "\n", cmp.agreeing)
         lines.append(f"Request **{pd.request}**, at logical prefix {_cell(list(pd.a.prefix), dec_a)} "
                      f"({len(pd.a.prefix)} ids): A's {pd.a.what} (record {pd.a.record}) differs from B's "
                      f"{pd.b.what} (record {pd.b.record}) at the same prefix in "
                      f"{', '.join(f'`{f}`' for f in pd.fields)}. Before it, {cmp.agreeing} calls at prefixes both "
                      f"sides reached agreed (scores within {SCORE_TOLERANCE:g}; `scores_in` is shown, not compared).")
         lines += _table(pd.a.seen, pd.b.seen, pd.fields, dec_a, dec_b)
-        return "\n".join(lines) + "\n"
+        return DiffReport("\n".join(lines) + "\n", cmp.agreeing + 1)
     if d is None:
         lines.append("No divergence: every request and call recorded in both traces is identical.")
-        return "\n".join(lines) + "\n"
+        return DiffReport("\n".join(lines) + "\n", same)
     lines.append(f"Request **{d.request}** (draw index; same seed on both sides), record {d.record}: "
                  f"`{d.kind}` differs in {', '.join(f'`{f}`' for f in d.fields)}. "
                  f"The {d.identical_before} records before it are identical.")
@@ -242,4 +239,4 @@ def markdown(a: str | list[str], b: str | list[str], *, by_prefix: bool = False)
     lines += ["", "Record by record assumes the same seeds and the same drafting on both sides (faulty against "
               "repaired); for a run with speculation against one without, compare calls by logical prefix "
               "(`badc diff --by-prefix`)."]
-    return "\n".join(lines) + "\n"
+    return DiffReport("\n".join(lines) + "\n", same + 1)

@@ -7,7 +7,7 @@ concatenation, decoded as UTF-8 with replacement (`Engine.decoder`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 Decoder = Callable[[Sequence[int]], str]
@@ -51,3 +51,14 @@ def ids_text(ids: Any, decode: Decoder | None) -> str | None:
     except Exception:  # a decoder that cannot take these ids: show the ids alone
         return None
     return repr(text if len(text) <= SHOWN else "…" + text[-SHOWN:])
+
+
+def trace_decoder(paths: Sequence[str], header: Mapping[str, Any]) -> Decoder | None:
+    """ids -> text for a run's traces, when they know the tokenizer; never an error (text beside ids
+    is never a reason for a replay or a diff to fail)."""
+    from badc_replay.registry import get_engine  # the registry imports the engines, which import this module
+
+    try:
+        return get_engine(header["engine"]).decoder(header, trace_vocab(paths))
+    except Exception:
+        return None

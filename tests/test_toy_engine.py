@@ -169,3 +169,10 @@ def test_messages_show_text_beside_ids_and_diff_by_prefix_finds_the_planted_defe
     # record by record, the two runs differ in kind at once: the message points to --by-prefix
     assert main(["diff", str(tmp_path / "good.badc"), str(tmp_path / "off.badc")]) == 0
     assert "--by-prefix" in capsys.readouterr().out
+    # "no divergence" about nothing is not a result: a trace without requests, either way, exits 3
+    from badc_trace.format import TraceWriter
+
+    TraceWriter(str(tmp_path / "empty.badc"), engine="toy", build="0.1.0", config={}, seal="").close()
+    for flags in ([], ["--by-prefix"]):
+        assert main(["diff", *flags, str(tmp_path / "empty.badc"), str(tmp_path / "empty.badc")]) == 3
+        assert "UNCHECKED: nothing was compared" in capsys.readouterr().err
