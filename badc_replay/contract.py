@@ -14,6 +14,7 @@ requests, no request at all, or records that name no request). `held` is never s
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -316,7 +317,7 @@ def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> Contract
     torn = []
     for p, r in zip(paths, readers, strict=True):
         t = r.torn_tail
-        if t is not None and t.reason.startswith("no end record") and r.header.get("config", {}).get("write_through"):
+        if t is not None and t.offset == os.path.getsize(p) and r.header.get("config", {}).get("write_through"):
             result.unclosed.append(p)  # killed at a chunk boundary, every record written through: nothing lost
         elif t is not None:
             torn.append((p, t))

@@ -126,11 +126,14 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _close_on_exit() -> None:
+    """Close the traces however the process ends (once, when its first engine is instrumented: a
+    process that never imports one keeps its exit and SIGTERM as they were)."""
     import signal
 
+    if hasattr(os._exit, "badc_real"):
+        return
     atexit.register(_close_traces)
-    if not hasattr(os._exit, "badc_real"):
-        os._exit = _exit_closing(os._exit)
+    os._exit = _exit_closing(os._exit)
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
 
@@ -167,10 +170,9 @@ def activate() -> None:
                     sink.close()
 
             _closers.append(close)
+            _close_on_exit()
 
         return install
-
-    _close_on_exit()
 
     for engine in probe_paths():  # probe modules import no engine, so loading the classes here is cheap
         cls = probe_class(engine)
