@@ -4,7 +4,9 @@
 Per engine build that is set up (the toy engine always): the bare engine loop (the harness's draws, no
 probe) against badc's collection at levels counts, calls and full (draw loop only; the trace replay
 timed on its own: replay calls per second), trace bytes per draw, the exact law's time, and a campaign
-worker process (`python -m badc_replay.worker`) against the same probes in the bench's own process.
+worker process (`python -m badc_replay.worker`) against the same probes in the bench's own process, and,
+where the engine's config has a frozen repair (transformers: guidance), the repaired arm's time per draw
+against the on arm's (both level full with replay).
 Then, engine-free: 1 against 2 local workers on one campaign, one channel-S decision of a 10,000-event
 family at 200,000 draws per arm, and draws per arm to FAILS with `--anytime` against fixed n on the
 paper's strong effects. Rates leave out start-up (engine load, model build): each is timed between the
@@ -41,7 +43,8 @@ ENGINES: dict[str, dict[str, Any]] = {
     "llama_cpp": {"build": "0.3.36", "draws": (4000, 20000),
                   "config": {"processors": [{"name": "min_tokens", "min_tokens": 3}], "sampling": {"temperature": 1.0},
                              "drafter": {"method": "prompt_lookup", "num_pred_tokens": 4, "max_ngram_size": 2}}},
-    "transformers": {"build": "5.24.0", "draws": (1000, 3000), "config": {"generation": {"guidance_scale": 1.5}}},
+    "transformers": {"build": "5.24.0", "draws": (1000, 3000), "config": {"generation": {"guidance_scale": 1.5}},
+                     "repair": "transformers/stateful-replay"},
     "vllm": {"build": "0.32.0", "draws": (2000, 10000), "config": {"sampling": {"temperature": 1.0}}},
 }
 LEVELS = ("counts", "calls", "full")
@@ -78,10 +81,12 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
             t = time.perf_counter()
             law = engine.reference_law(cfg)
             out["law_s"], out["law_outcomes"] = time.perf_counter() - t, len(law.law)
-        else:  # a level
+        else:  # a level of the on arm, or the repaired arm at level full (its frozen repair applied)
             marks: list[tuple[float, int]] = []
             trace = None if cell == "counts" else os.path.join(folder, f"{engine_name}-{cell}.badc")
-            engine.collect(cfg, "on", draws, 1, trace_path=trace, level=cell,
+            arm, level, repair = ("repaired", "full", ENGINES[engine_name]["repair"]) if cell == "repaired" else \
+                ("on", cell, None)
+            engine.collect(cfg, arm, draws, 1, trace_path=trace, level=level, repair=repair,
                            progress=lambda done, resumed=False, marks=marks: marks.append((time.perf_counter(), done)))
             out[cell] = _loop_rate(marks)
             if trace is not None:  # collect replays its trace too; timed here on its own
@@ -144,7 +149,7 @@ def engine_figures(engine: str, quick: bool, folder: str) -> dict[str, Any] | No
 
     # vLLM runs one in-process LLM per process (docs/engines/vllm.md): one process per cell there
     per_process = get_engine(engine).batch > 1
-    cells = ["bare", *LEVELS, "law"]
+    cells = ["bare", *LEVELS, *(["repaired"] if "repair" in ENGINES[engine] else []), "law"]
     fig: dict[str, Any] = {"draws": draws}
     if per_process:
         for cell in cells:
@@ -234,23 +239,26 @@ def main(argv: list[str] | None = None) -> int:
     summary = []
     with tempfile.TemporaryDirectory() as folder:
         print("\n| engine | draws | bare draws/s | counts | calls | full | full + replay | replay calls/s | "
-              "bytes/draw calls, full | exact law | worker / bench (calls) |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+              "bytes/draw calls, full | exact law | worker / bench (calls) | repaired arm: time / on arm's |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for engine in engines:
             fig = engine_figures(engine, args.quick, folder)
             if fig is None:
-                print(f"| {engine} | build {ENGINES[engine]['build']} not set up | | | | | | | | | |")
+                print(f"| {engine} | build {ENGINES[engine]['build']} not set up | | | | | | | | | | |")
                 continue
             figures["engines"][engine] = fig
             bare = fig["bare"]
             r = {lv: fig[lv] / bare for lv in LEVELS}
             worker = fig["worker_calls"] / fig["calls"]
+            # the repaired arm against the on arm, both at level full with their replay: a time ratio
+            repaired = fig["full_with_replay"] / fig["repaired_with_replay"] if "repaired_with_replay" in fig else None
+            rep = "-" if repaired is None else f"{repaired:.2f}"
             print(f"| {engine} | {fig['draws']:,} | {bare:,.0f} | {r['counts']:.2f} | {r['calls']:.2f} | "
                   f"{r['full']:.2f} | {fig['full_with_replay'] / bare:.2f} | {fig['full_replay_calls_per_s']:,.0f} | "
                   f"{fig['calls_bytes_per_draw']:.0f}, {fig['full_bytes_per_draw']:.0f} | {fig['law_s']:.1f} s "
-                  f"({fig['law_outcomes']} outcomes) | {worker:.2f} |")
+                  f"({fig['law_outcomes']} outcomes) | {worker:.2f} | {rep} |")
             summary.append(f"{engine} counts {r['counts']:.2f} full+replay {fig['full_with_replay'] / bare:.2f} "
-                           f"worker {worker:.2f}")
+                           f"worker {worker:.2f}" + ("" if repaired is None else f" repaired {repaired:.2f}"))
         w = figures["workers"] = workers_figures(args.quick, folder)
         print(f"\nlocal workers (toy campaign, 2 shards): 1 worker {w['one_s']:.1f} s, 2 workers {w['two_s']:.1f} s: "
               f"{w['speedup']:.2f}x")

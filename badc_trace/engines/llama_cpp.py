@@ -146,12 +146,13 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         return out
 
     def _generate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        own = self._req is None
-        bound = self._gen_sig.bind(instance, *args, **kwargs)
-        req = self._start("generate", instance, bound) if own else self._req
+        if self._req is not None:  # inside create_completion, whose callbacks are wrapped already
+            return self._generate_iter(self._req, False, wrapped(*args, **kwargs))
+        bound = self._gen_sig.bind(instance, *args, **kwargs)  # a signature bind costs as much as a token here
+        req = self._start("generate", instance, bound)
         arguments = dict(bound.arguments)
         arguments.pop("self")
-        return self._generate_iter(req, own, wrapped(**arguments))
+        return self._generate_iter(req, True, wrapped(**arguments))
 
     def _generate_iter(self, req: _Request, own: bool, gen: Any):
         try:
@@ -171,18 +172,20 @@ class LlamaCppInstrumentor(BaseInstrumentor):
             nxt = int(idx) + 1
             if nxt < req.n_tokens and int(instance.input_ids[nxt]) == int(tok):
                 self.sink.count("accepted")
-            self.sink.emit({"type": "sample", "req": req.id, "idx": int(idx), "n_tokens": req.n_tokens,
-                            "token": int(tok)})
+            if self.sink.recording:  # no record is built at level counts: this is the engine's hot path
+                self.sink.emit({"type": "sample", "req": req.id, "idx": int(idx), "n_tokens": req.n_tokens,
+                                "token": int(tok)})
         return tok
 
     def _draft(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         out = wrapped(*args, **kwargs)
         self.sink.count("drafter_calls")
         self.sink.count("proposed", len(out))
-        req = self._req
-        ids = args[0] if args else kwargs.get("input_ids")
-        self.sink.emit({"type": "draft", "req": None if req is None else req.id, "input_len": len(ids),
-                        "draft": [int(t) for t in out]})
+        if self.sink.recording:
+            req = self._req
+            ids = args[0] if args else kwargs.get("input_ids")
+            self.sink.emit({"type": "draft", "req": None if req is None else req.id, "input_len": len(ids),
+                            "draft": [int(t) for t in out]})
         return out
 
     def _kv_rm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -190,8 +193,9 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         req = self._req
         if req is not None:
             self.sink.count("kv_removals")
-            seq, p0, p1 = (list(args) + [None] * 3)[:3]
-            self.sink.emit({"type": "kv_rm", "req": req.id, "p0": p0, "p1": p1, "ok": bool(out)})
+            if self.sink.recording:
+                seq, p0, p1 = (list(args) + [None] * 3)[:3]
+                self.sink.emit({"type": "kv_rm", "req": req.id, "p0": p0, "p1": p1, "ok": bool(out)})
         return out
 
 

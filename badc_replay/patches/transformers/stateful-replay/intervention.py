@@ -2,12 +2,17 @@
 
 `apply(model)` makes the two stateful built-in processors, classifier-free guidance
 (`UnbatchedClassifierFreeGuidanceLogitsProcessor`) and the SynthID watermark
-(`SynthIDTextWatermarkLogitsProcessor`), rebuild their state at every call: reset to the state they
-were created with, replay the prefix they are given from the prompt on (placeholder zero scores:
-their state updates ignore scores), then make the call with the supplied scores. A mechanism
-intervention, not a deployment fix: speculation stays on, every call is still made, and the state no
-longer carries updates from candidate filtering or from verification rows that were rejected.
-Returns a function that undoes the patch.
+(`SynthIDTextWatermarkLogitsProcessor`), make every call from the state the sequential loop would have
+at its prefix: the state they were created with, updated by the prefix they are given from the prompt
+on (placeholder zero scores: their state updates ignore scores), then the call with the supplied
+scores. A mechanism intervention, not a deployment fix: speculation stays on, every call is still made,
+and the state no longer carries updates from candidate filtering or from verification rows that were
+rejected.
+
+The state after each prefix is kept (a deep copy, per processor object, so per generate() call) and a
+call starts from the longest prefix of its ids already seen, not from the prompt: since the state after
+a prefix is a function of the prefix alone, this is the same state the replay from the prompt gives, at
+one update per call instead of one per position. Returns a function that undoes the patch.
 """
 
 from __future__ import annotations
@@ -18,27 +23,33 @@ from typing import Any
 
 REPAIR_ID = "transformers/stateful-replay"
 
-
-def _reset_cfg(proc: Any) -> None:
-    proc.unconditional_context = copy.copy(proc._badc_initial)
+_START = ("prompt",)  # key of the state the processor was created with (before the call at the prompt)
 
 
-def _reset_synthid(proc: Any) -> None:
-    proc.state = None
-
-
-def _replaying(original: Callable, reset: Callable[[Any], None], snapshot: Callable[[Any], Any]) -> Callable:
+def _replaying(original: Callable, field: str) -> Callable:
     def __call__(self: Any, input_ids: Any, scores: Any) -> Any:
         import torch
 
-        if "_badc_prompt_length" not in self.__dict__:
-            self._badc_prompt_length = int(input_ids.shape[-1])  # the first call is at the prompt
-            self._badc_initial = snapshot(self)
-        reset(self)
-        zeros = torch.zeros_like(scores)
-        for t in range(self._badc_prompt_length, int(input_ids.shape[-1])):
-            original(self, input_ids[:, :t], zeros)
-        return original(self, input_ids, scores)
+        rows = input_ids.tolist()
+        length = len(rows[0])
+        if "_badc_states" not in self.__dict__:
+            self._badc_prompt_length = length  # the first call is at the prompt
+            self._badc_states = {_START: copy.deepcopy(getattr(self, field))}
+        prompt, states = self._badc_prompt_length, self._badc_states
+
+        def key(t: int) -> tuple:  # the state after the calls at prompt .. t depends on ids[:, :t] alone
+            return tuple(tuple(r[:t]) for r in rows)
+
+        start = next((t for t in range(length - 1, prompt - 1, -1) if key(t) in states), prompt - 1)
+        setattr(self, field, copy.deepcopy(states[key(start) if start >= prompt else _START]))
+        if start + 1 < length:
+            zeros = torch.zeros_like(scores)
+            for t in range(start + 1, length):
+                original(self, input_ids[:, :t], zeros)
+                states[key(t)] = copy.deepcopy(getattr(self, field))
+        out = original(self, input_ids, scores)
+        states[key(length)] = copy.deepcopy(getattr(self, field))
+        return out
 
     return __call__
 
@@ -46,15 +57,13 @@ def _replaying(original: Callable, reset: Callable[[Any], None], snapshot: Calla
 def apply(model: Any = None) -> Callable[[], None]:
     from transformers.generation import logits_process as lp
 
-    targets = [
-        (lp.UnbatchedClassifierFreeGuidanceLogitsProcessor, _reset_cfg, lambda p: copy.copy(p.unconditional_context)),
-        (lp.SynthIDTextWatermarkLogitsProcessor, _reset_synthid, lambda p: None),
-    ]
+    targets = [(lp.UnbatchedClassifierFreeGuidanceLogitsProcessor, "unconditional_context"),
+               (lp.SynthIDTextWatermarkLogitsProcessor, "state")]
     saved = []
-    for cls, reset, snapshot in targets:
+    for cls, field in targets:
         original = cls.__dict__["__call__"]
         saved.append((cls, original))
-        cls.__call__ = _replaying(original, reset, snapshot)
+        cls.__call__ = _replaying(original, field)
 
     def undo() -> None:
         for cls, original in saved:
