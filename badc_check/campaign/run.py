@@ -77,11 +77,13 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     progress = Progress(log=log)
     plans: dict[str, list[Job]] = {}
     pythons: dict[str, str] = {}
+    unbuilt: dict[str, str] = {}  # config id -> why its build cannot run here
     for c in campaign.configs:
         try:
             inline = executor == "inline"
             pythons[c["id"]] = sys.executable if inline else str(build_for(c["engine"], c["build"]).python)
         except LookupError as e:
+            unbuilt[c["id"]] = str(e)
             results[c["id"]] = inconclusive(c, str(e))
             continue
         plans[c["id"]] = discovery_jobs(campaign, c)
@@ -202,6 +204,10 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                         "records_detail": {arm: folder.arms[arm].records for arm in ("on", "off")}}
         log(f"{cid}: {d.decision} (D {d.D:.4f}, witnesses {d.witnesses.count}, contract "
             f"{(d.contract or {}).get('status', 'unchecked')})")
+    if incomplete:  # a build set up on another machine may still decide these: pending, never final here
+        for cid, why in unbuilt.items():
+            results.pop(cid)
+            pending.append({"id": cid, "laws": False, "failed": why, "draws": {}})
     report = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
               "threshold": campaign.threshold, "m": m, "confirm_m": confirmation_m(campaign.configs),
               "anytime": [look.to_dict() for look in planned_looks(campaign.draws)] if campaign.anytime else None,
