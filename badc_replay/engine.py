@@ -24,7 +24,7 @@ import importlib.metadata
 import types
 import typing
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -39,7 +39,7 @@ from badc_replay.text import Decoder, pieces_decoder
 from badc_trace.registry import nearest
 
 # Keys of a campaign `[[config]]` that badc itself reads; every other key is the engine's.
-CAMPAIGN_KEYS = ("id", "engine", "build", "role", "priority", "hypothesis", "predicates", "repair")
+CAMPAIGN_KEYS = ("id", "engine", "build", "role", "priority", "hypothesis", "predicates", "repair", "applied")
 
 
 class ConfigError(ValueError):
@@ -152,6 +152,11 @@ class Engine(ABC):
         installed engine can judge; run under the build's interpreter before a campaign is sealed."""
         return []
 
+    def refusal(self, cfg: Any) -> str | None:
+        """Live: the engine's own message where it refuses this config with speculation on (a documented
+        limitation: the config is reported as refused, never decided), else None."""
+        return None
+
     # -- the build (live) -------------------------------------------------------------------------
 
     def version(self) -> str:
@@ -188,27 +193,36 @@ class Engine(ABC):
     def collect(self, cfg: Any, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
                 level: str | None = None, repair: str | None = None, start: int = 0,
                 progress: Callable[..., None] | None = None, seed_arm: str | None = None,
-                seal: str = "") -> ArmResult:
+                seal: str = "", applied: Sequence[str] = ()) -> ArmResult:
         """Draws `start .. start + draws - 1` of one arm (`off*` without speculation, `on*`, `repaired`),
         probed and traced; the trace is replayed against the contract (level calls or full).
+        `applied` are frozen repairs taken as part of the build under test (every arm gets them, in order,
+        before the arm's own `repair`); the trace header names them.
         `seed_arm` draws with another arm's seeds (a repaired arm on the on arm's seeds, for `badc diff`)."""
         from badc_replay.repairs import load_intervention
 
         made: dict[str, Any] = {}
+        patches = [*applied, *([repair] if repair is not None else [])]
 
         def setup() -> tuple[Callable[..., Any], Any]:
             h = made["h"] = self.harness(cfg, speculative=not arm.startswith("off"))
-            undo = load_intervention(repair).apply(h.repair_target) if repair is not None else None
-            return h.draw, undo
+            undos = [load_intervention(rid).apply(h.repair_target) for rid in patches]
+
+            def undo() -> None:  # the last applied first
+                for u in reversed(undos):
+                    if callable(u):
+                        u()
+            return h.draw, undo if undos else None
 
         check = None
         if self.returns_records(cfg):
             def check(path: str) -> dict[str, Any]:
                 return self.check_records(cfg, made["h"], path)
 
+        header = self.trace_config(cfg, arm) | ({"applied": list(applied)} if applied else {})
         return collect_arm(ArmSpec(cfg.id, arm, draws, campaign_seed, start, seed_arm), self.probe(), setup,
                            engine=self.name, build=self.version(), level=level or self.trace_level, seal=seal,
-                           trace_path=trace_path, trace_config=self.trace_config(cfg, arm), progress=progress,
+                           trace_path=trace_path, trace_config=header, progress=progress,
                            progress_every=self.progress_every, records=check, batch=self.batch)
 
     # -- laws (live) ------------------------------------------------------------------------------

@@ -51,15 +51,18 @@ def engine_of(config: dict[str, Any]) -> Engine:
         raise NotImplementedError(str(e)) from None
 
 
-def validate(configs: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """Each config's problems that only the installed engine can judge (`Engine.check_native`)."""
+def validate(configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each config's problems that only the installed engine can judge (`Engine.check_native`), and its
+    refusal with speculation on, if any (`Engine.refusal`): {id: {"problems": [...], "refused": str | None}}."""
     out = {}
     for config in configs:
         engine = engine_of(config)
         try:
-            out[config["id"]] = engine.check_native(engine.parse_config(config))
+            cfg = engine.parse_config(config)
+            problems = engine.check_native(cfg)
+            out[config["id"]] = {"problems": problems, "refused": None if problems else engine.refusal(cfg)}
         except ConfigError as e:
-            out[config["id"]] = e.problems
+            out[config["id"]] = {"problems": e.problems, "refused": None}
     return out
 
 
@@ -91,7 +94,7 @@ def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, o
     trace.parent.mkdir(parents=True, exist_ok=True)
     t = time.monotonic()
     res = engine.collect(cfg, arm, count, seed, trace_path=str(trace), level=level, repair=repair, start=start,
-                      progress=progress, seal=seal)
+                         progress=progress, seal=seal, applied=config.get("applied", ()))
     result = to_json(ShardResult(id=cfg.id, arm=arm, start=start, count=count, outcomes=res.outcomes,
                                  proposed=res.proposed, accepted=res.accepted, violations=res.violations,
                                  contract=res.contract, records=res.records, counters=res.counters,

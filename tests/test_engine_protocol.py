@@ -38,6 +38,15 @@ id = "T2"
 hypothesis = "H-D1-phis"
 repair = "llama_cpp/logical-prefx"
 role = "probes"
+
+[[config]]
+id = "T3"
+applied = ["vllm/cpu-expand", "llama_cpp/logical-prefix"]
+repair = "llama_cpp/logical-prefix"
+
+[[config]]
+id = "T4"
+applied = "llama_cpp/logical-prefix"
 """
 
 
@@ -116,8 +125,12 @@ def test_every_typo_of_a_campaign_is_refused_before_anything_is_sealed(tmp_path)
                      "config T1: unknown key 'drafter.num_pred_token' (did you mean 'num_pred_tokens'?)",
                      "config T1: unknown key 'sampling.temperatur' (did you mean 'temperature'?)",
                      "config T2: key 'hypothesis': llama_cpp has no hypothesis 'H-D1-phis' (did you mean 'H-D1-phys'?)",
-                     "config T2: key 'repair': no frozen repair 'llama_cpp/logical-prefx' "
+                     "config T2: key 'repair': no frozen repair 'llama_cpp/logical-prefx' for engine llama_cpp "
                      "(did you mean 'llama_cpp/logical-prefix'?)",
+                     # a repair applied to both arms must be the config's engine's, once, and not its `repair`
+                     "config T3: key 'applied': no frozen repair 'vllm/cpu-expand' for engine llama_cpp",
+                     "config T3: key 'applied': each frozen repair at most once, and not the config's `repair` too",
+                     "config T4: key 'applied': Input should be a valid list",
                      "config T2: key 'role': Input should be 'probe', 'negative-control' or 'positive-control'"]:
         assert expected in text
     # From the command line: exit 2, the same lines, no traceback, and no folder made or sealed.

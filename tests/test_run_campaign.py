@@ -135,6 +135,35 @@ def test_a_config_is_decided_from_its_on_and_off_arms_while_its_repair_arms_are_
     assert early.decision.to_dict()["contract"] == par["contract"]
 
 
+def test_a_repair_applied_to_both_arms_decides_the_build_past_its_defect_and_says_so(tmp_path):
+    from badc_trace.format import read_trace
+
+    # PAR twice: as shipped (its planted D1 fails it), and with the frozen repair taken as part of the build
+    fixed_config = ('[[config]]\nid = "PAR-FIXED"\nprocessors = [{ name = "min_tokens", min_tokens = 3 }]\n'
+                    'defects = ["D1"]\npredicates = ["min_tokens"]\napplied = ["toy/logical-rows"]\n\n')
+    text = CAMPAIGN.format(other="toy").replace('[[config]]\nid = "OTHER-ENGINE"',
+                                                fixed_config + '[[config]]\nid = "OTHER-ENGINE"')
+    path = _write(tmp_path, text)
+    out = tmp_path / "out"
+    report = run_campaign(load_campaign(path), out, workers=2, **QUIET)
+
+    by_id = {c["id"]: c for c in report["configs"]}
+    assert by_id["PAR"]["decision"] == "FAILS" and by_id["PAR"]["applied"] == []
+    fixed = by_id["PAR-FIXED"]
+    assert fixed["decision"] == "NOT_REJECTED" and fixed["applied"] == ["toy/logical-rows"]
+    assert fixed["exercise"]["proposed"] > 0 and fixed["contract"]["status"] == "held"
+    md = (out / "report.md").read_text()
+    assert "| PAR-FIXED | toy | 0.1.0 + toy/logical-rows |" in md
+    assert "- tested on toy 0.1.0 with toy/logical-rows applied to both arms" in md
+    for arm in ("on", "off"):  # each arm's traces name what was applied
+        header = read_trace(str(out / "traces" / "PAR-FIXED" / f"{arm}-0.badc")).header
+        assert header["config"]["applied"] == ["toy/logical-rows"]
+    # sealed with the config: taking it away is a changed input
+    with pytest.raises(CampaignError, match="config PAR-FIXED"):
+        run_campaign(load_campaign(_write(tmp_path, text.replace('applied = ["toy/logical-rows"]\n', ""))), out,
+                     **QUIET)
+
+
 def test_anytime_stops_a_strong_failure_at_an_early_look_and_decides_as_fixed_n(tmp_path):
     text = CAMPAIGN.format(other="toy").replace("draws = 1500", "draws = 2000")
     path = _write(tmp_path, text)

@@ -101,7 +101,7 @@ def inconclusive(config: dict[str, Any], reason: str) -> dict[str, Any]:
             "witnesses": 0, "draws": {"on": 0, "off": 0}, "crashes": {"on": 0, "off": 0},
             "exercise": {"proposed": None, "accepted": None}, "calibration": {"passed": None}, "hypothesis": None,
             "records": {"status": "incomplete", "failed": False}, "repair": None, "contract": None,
-            "reasons": [reason]}
+            "applied": config.get("applied", []), "reasons": [reason]}
 
 
 

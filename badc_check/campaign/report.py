@@ -45,12 +45,17 @@ def report_markdown(report: dict[str, Any]) -> str:
         rep_s = "-" if not rep else (f"{rep['id']}: not attempted" if rep.get("attempted") is False else (
             f"{rep['id']}: {'confirmed' if rep['confirmed'] else 'not confirmed'} (recurrence {rep['recurrence']:.4f}, "
             f"gap UB {rep['gap_ub']:.4f}, witness UB {rep['witness_ub']:.1e})"))
-        lines.append(f"| {c['id']} | {c['engine']} | {c['build']} | {c['role']} | **{c['decision']}** | "
+        build = c["build"] + "".join(f" + {r}" for r in c.get("applied", []))
+        lines.append(f"| {c['id']} | {c['engine']} | {build} | {c['role']} | **{c['decision']}** | "
                      f"{'yes' if c['eligible'] else 'no'} | {f(c.get('D'))} | "
                      f"{c['witnesses']} | {f(c['exercise']['proposed'])} | {f(c['calibration']['passed'])} | "
                      f"{hyp_s} | {rep_s} | {contract_cell(c.get('contract'))} |")
     for c in report["configs"]:
         lines += ["", f"## {c['id']}: {c['decision']}", ""]
+        if c.get("applied"):
+            lines.append(f"- tested on {c['engine']} {c['build']} with {', '.join(c['applied'])} applied to both "
+                         "arms (and to the repaired arm): the decision is about the build past "
+                         + ("that known defect" if len(c["applied"]) == 1 else "those known defects"))
         lines += [f"- {r}" for r in c.get("reasons", [])]
         if c.get("repair"):
             lines += [f"- repair {c['repair']['id']}: {r}" for r in c["repair"].get("reasons", [])]

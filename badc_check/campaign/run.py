@@ -61,8 +61,9 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         checkpoint_interval()
     except ValueError as e:
         raise CampaignError(str(e)) from None
+    refused: dict[str, str] = {}  # config id -> the engine's message: it will not run it with speculation
     if not partial:  # engine-native keywords, judged by each build before anything is sealed
-        validate_native(campaign, executor)
+        refused = validate_native(campaign, executor)
     out.mkdir(parents=True, exist_ok=True)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     seal = check_seal(campaign, out)
@@ -85,6 +86,11 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         except LookupError as e:
             unbuilt[c["id"]] = str(e)
             results[c["id"]] = inconclusive(c, str(e))
+            continue
+        if c["id"] in refused:  # a documented limitation of the engine: reported, never drawn or decided
+            results[c["id"]] = {**inconclusive(c, f"refused by {c['engine']} {c['build']} with speculation on: "
+                                                  f"{refused[c['id']]} (a limitation of the engine, not a pass)"),
+                                "refused": refused[c["id"]]}
             continue
         plans[c["id"]] = discovery_jobs(campaign, c)
         if not partial:
@@ -199,7 +205,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             object.__setattr__(d, "repair", not_attempted(config["repair"], selection.not_attempted[cid]))
         resumed += folder.resumed
         decided[cid] = (folder.laws, folder.arms)
-        results[cid] = {**d.to_dict(), "simulator_check": folder.laws.get("simulator_check"),
+        results[cid] = {**d.to_dict(), "applied": config.get("applied", []),
+                        "simulator_check": folder.laws.get("simulator_check"),
                         "simulator_metric": folder.laws.get("simulator_metric"),
                         "records_detail": {arm: folder.arms[arm].records for arm in ("on", "off")}}
         log(f"{cid}: {d.decision} (D {d.D:.4f}, witnesses {d.witnesses.count}, contract "

@@ -63,6 +63,9 @@ class ConfigKeys:
     hypothesis: str | None = None
     predicates: list[str] = dataclasses.field(default_factory=list)
     repair: str | None = None
+    # frozen repairs that are part of the build under test: applied to every arm alike (off, on, repaired,
+    # confirmation), so a family is decided past a known defect; the repaired arm adds `repair` on top
+    applied: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclass
@@ -145,9 +148,15 @@ def _check_config(config: dict[str, Any], from_defaults: set[str]) -> list[str]:
         if isinstance(p, str) and p not in engine.predicates:
             problems.append(f"key 'predicates': {engine.name} has no predicate {p!r} "
                             f"({nearest(p, list(engine.predicates))})")
-    repairs, repair = known_repairs(), config.get("repair")
-    if isinstance(repair, str) and repair not in repairs:
-        problems.append(f"key 'repair': no frozen repair {repair!r} ({nearest(repair, repairs)})")
+    repairs, repair, applied = known_repairs(), config.get("repair"), config.get("applied")
+    own = [r for r in repairs if r.startswith(f"{engine.name}/")]  # an intervention patches its own engine
+    for key, rid in [("repair", repair)] + [("applied", r) for r in (applied if isinstance(applied, list) else [])]:
+        if isinstance(rid, str) and rid not in own:
+            problems.append(f"key {key!r}: no frozen repair {rid!r} for engine {engine.name} "
+                            f"({nearest(rid, own) if own else 'it has none'})")
+    if isinstance(applied, list) and (len(set(applied)) < len(applied) or repair in applied):
+        problems.append(f"key 'applied': each frozen repair at most once, and not the config's `repair` too "
+                        f"(got applied {applied}, repair {repair!r})")
     return [mark(p) for p in problems]
 
 

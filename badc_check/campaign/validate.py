@@ -18,7 +18,7 @@ from badc_replay.engine import Engine
 from badc_replay.registry import get_engine
 
 
-def _problems(python: str, configs: list[dict[str, Any]]) -> dict[str, list[str]]:
+def _problems(python: str, configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="badc-validate-") as tmp:
         path = Path(tmp) / "configs.json"
         path.write_text(json.dumps(configs))
@@ -30,9 +30,10 @@ def _problems(python: str, configs: list[dict[str, Any]]) -> dict[str, list[str]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def validate_native(campaign: Campaign, executor: str = "local") -> None:
+def validate_native(campaign: Campaign, executor: str = "local") -> dict[str, str]:
     """Raise CampaignError listing every engine-native key an installed build refuses. Configs whose build
-    is not set up are left to the runner (it reports them INCONCLUSIVE)."""
+    is not set up are left to the runner (it reports them INCONCLUSIVE). Returns the configs the engine
+    refuses to run with speculation on, with its message ({id: message})."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for c in campaign.configs:
         if type(get_engine(c["engine"])).check_native is Engine.check_native:
@@ -49,6 +50,8 @@ def validate_native(campaign: Campaign, executor: str = "local") -> None:
     else:
         with ThreadPoolExecutor(max_workers=max(len(groups), 1)) as pool:
             found = list(pool.map(lambda item: _problems(*item), groups.items()))
-    problems = [f"{campaign.path}: config {cid}: {p}" for result in found for cid, ps in result.items() for p in ps]
+    problems = [f"{campaign.path}: config {cid}: {p}" for result in found for cid, r in result.items()
+                for p in r["problems"]]
     if problems:
         raise CampaignError("\n".join(problems))
+    return {cid: r["refused"] for result in found for cid, r in result.items() if r["refused"]}

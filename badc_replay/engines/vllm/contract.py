@@ -9,6 +9,7 @@ from typing import Any
 from badc_replay.contract import RequestUnchecked, Violation
 from badc_replay.diff import LogicalCall
 from badc_replay.engines.vllm.config import TEMPERATURE_TOLERANCE
+from badc_replay.engines.vllm.masks import banned
 from badc_trace.engines.vllm import CHILD
 
 
@@ -45,11 +46,19 @@ def _check_rows(req: dict[str, Any], records: list[dict[str, Any]]) -> list[Viol
     - D2, draft rows: each was divided by the request's temperature (`verify_temperature`, measured
       from the row's entries before and after `apply_sampling_constraints`);
     - D1, every used row: the stop tokens are masked exactly when its logical position is below
-      min_tokens (the masks seen are the tokens the processors set to -inf on that row)."""
-    m = int(req["params"].get("min_tokens") or 0)
-    temperature = float(req["params"].get("temperature") or 0.0)
-    max_tokens = int(req["params"].get("max_tokens") or 1 << 30)
-    stops = set(req["params"].get("stop_token_ids") or ())
+      min_tokens, every token outside `allowed_token_ids` always, and a bad word's last token exactly
+      when the row's logical output ends with the word's other tokens (the masks seen are the tokens the
+      processors set to -inf on that row, among those any of these rules concerns)."""
+    params = req["params"]
+    m = int(params.get("min_tokens") or 0)
+    temperature = float(params.get("temperature") or 0.0)
+    max_tokens = int(params.get("max_tokens") or 1 << 30)
+    stops = set(params.get("stop_token_ids") or ())
+    allowed = frozenset(params["allowed_token_ids"]) if params.get("allowed_token_ids") else None
+    vocab = int(params.get("vocab_size") or 0)
+    bad = [tuple(w) for w in params.get("bad_words_token_ids") or ()]
+    watched = stops | {w[-1] for w in bad} | (set(range(vocab)) - allowed if allowed is not None else set())
+    key = "stop tokens masked" if allowed is None and not bad else "tokens masked"
     found: list[Violation] = []
     out: list[int] = []
     for idx, rec in enumerate(records):
@@ -74,12 +83,12 @@ def _check_rows(req: dict[str, Any], records: list[dict[str, Any]]) -> list[Viol
             pos = c + j
             if pos >= max_tokens:  # past max_tokens: the row's token is never returned
                 continue
-            expected = sorted(stops) if pos < m else []
-            seen = sorted(set(masked) & stops)
+            logical = out + list(drafts[:j])
+            expected = sorted(banned(logical, stops if pos < m else (), allowed, bad, vocab))
+            seen = sorted(set(masked) & watched)
             if seen != expected:
                 found.append(Violation(req["req"], idx, "D1", f"{what}, min_tokens={m}, output position {pos}",
-                                       out + list(drafts[:j]), {"stop tokens masked": expected},
-                                       {"stop tokens masked": seen, "committed tokens": c}))
+                                       logical, {key: expected}, {key: seen, "committed tokens": c}))
         out.extend(produced)
     return found
 

@@ -9,8 +9,26 @@ import numpy as np
 
 from badc_replay.engines.vllm.config import MAX_PREFIXES, MIRRORED_SAMPLING, VllmConfig
 from badc_replay.engines.vllm.harness import load_llm
+from badc_replay.engines.vllm.masks import banned
 from badc_replay.enumeration import Choose, ExactLaw, enumerate_law
 from badc_trace.outcomes import format_outcome
+
+
+def top_k_top_p(x: np.ndarray, k: int | None, p: float | None) -> np.ndarray:
+    """vLLM's `apply_top_k_top_p_pytorch` on temperature-scaled logits: top-k keeps every token at or above
+    the k-th largest logit (ties kept); top-p then sorts ascending and masks the tokens whose cumulative
+    probability is at most 1 - p, the largest always kept."""
+    x = x.copy()
+    if k is not None and k < len(x):
+        x[x < np.sort(x)[len(x) - k]] = -np.inf
+    if p is not None:
+        order = np.argsort(x, kind="stable")
+        probs = np.exp(x[order] - x.max())
+        cum = np.cumsum(probs / probs.sum())
+        drop = cum <= 1 - p
+        drop[-1] = False
+        x[order[drop]] = -np.inf
+    return x
 
 
 class Kernel:
@@ -25,6 +43,8 @@ class Kernel:
         self.vocab = len(self.llm.get_tokenizer())
         self.prompt = tuple(cfg.prompt_ids(self.llm))
         self.stops = cfg.stop_ids
+        self.allowed = cfg.allowed
+        self.bad_words = cfg.bad_words_ids(self.llm.get_tokenizer())
         self.logprobs: dict[tuple[int, ...], np.ndarray] = {}
         self._fill()
 
@@ -51,16 +71,16 @@ class Kernel:
             level = nxt
 
     def law_at(self, out: tuple[int, ...], masked: bool) -> np.ndarray:
-        """The processed law of the next token after output `out`, stop tokens masked or not
-        (temperature 0: the argmax, as vLLM's greedy sampling)."""
+        """The processed law of the next token after output `out`, stop tokens masked or not, the tokens
+        outside `allowed_token_ids` and each bad word's last token after its prefix masked (temperature 0:
+        the argmax, as vLLM's greedy sampling)."""
         x = self.logprobs[out].copy()
-        if masked:
-            x[list(self.stops)] = -np.inf
+        x[sorted(banned(out, self.stops if masked else (), self.allowed, self.bad_words, len(x)))] = -np.inf
         if self.cfg.temperature == 0:
             p = np.zeros_like(x)
             p[int(np.argmax(x))] = 1.0
             return p
-        x = x / self.cfg.temperature
+        x = top_k_top_p(x / self.cfg.temperature, self.cfg.top_k, self.cfg.top_p)
         p = np.exp(x - x.max())
         return p / p.sum()
 
