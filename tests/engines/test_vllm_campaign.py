@@ -165,7 +165,6 @@ def test_probes_uninstrument_restores_everything_and_check_versions(tmp_path):
     in_subprocess(f"""
         import pytest, wrapt
         from badc_replay.engines import vllm as vl
-from badc_trace.format import read_trace
         from badc_trace.engines.vllm import VllmInstrumentor
         from badc_trace.format import read_trace
         from badc_trace.instrument import UnsupportedVersionError
@@ -331,8 +330,8 @@ def test_config_errors_name_the_field():
         cfg(drafter={"method": "eagle"})
     with pytest.raises(ValueError, match="seed"):
         cfg(sampling={"seed": 3})
-    with pytest.raises(ValueError, match="not mirrored.*top_k"):
-        vl.Kernel(cfg(sampling={"temperature": 1.0, "top_k": 3}), llm=object())
+    with pytest.raises(ValueError, match="not mirrored.*presence_penalty"):
+        vl.Kernel(cfg(sampling={"temperature": 1.0, "presence_penalty": 0.5}), llm=object())
 
 
 def test_a_killed_shard_goes_on_from_its_checkpoint_draw_for_draw(tmp_path):
