@@ -325,6 +325,25 @@ def test_the_kernels_top_k_top_p_is_vllms_on_cpu():
         assert (np.isneginf(ours) == np.isneginf(theirs)).all(), (k, p)
 
 
+def test_top_k_with_speculation_crashes_the_engine_and_the_harness_stops_instead_of_hanging():
+    # Finding: the draft rows' top_k (int32) goes through the same CPU expand override as the temperature
+    # (patches/vllm/cpu-expand), so it is uninitialized memory and apply_top_k_top_p_pytorch's gather
+    # raises: every speculative request with top_k crashes. After that the in-process engine keeps the
+    # failed requests scheduled and its next generate() spins for ever; the harness refuses to call it.
+    in_subprocess("""
+        import pytest
+        from badc_replay.engines import vllm as vl
+        from badc_replay.engines.vllm.harness import EngineDead
+        cfg = vl.ENGINE.parse_config({"id": "VF-ROW", "engine": "vllm", "build": "0.32.0",
+                                      "sampling": {"temperature": 0.7, "top_k": 5, "top_p": 0.9}})
+        h = vl.Harness(cfg, speculative=True)
+        assert h.draw(list(range(100))) == ["|crash:RuntimeError"] * 100
+        assert "out of bounds" in h.dead
+        with pytest.raises(EngineDead, match="cannot serve more requests"):
+            h.draw([100])
+    """)
+
+
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match=r"key 'drafter.method': Input should be 'ngram' \(got 'eagle'\)"):
         cfg(drafter={"method": "eagle"})

@@ -25,6 +25,10 @@ def load_llm(cfg: VllmConfig, speculative: bool, **kwargs: Any) -> Any:
     return LLM(model=cfg.model, dtype="float32", enforce_eager=True, **kwargs)
 
 
+class EngineDead(RuntimeError):
+    """The in-process engine failed a batch and cannot be used again."""
+
+
 class Harness:
     """Runs one configuration on one `LLM` and returns outcome strings, many draws per generate()."""
 
@@ -32,13 +36,20 @@ class Harness:
         self.cfg = cfg
         self.llm = self.repair_target = load_llm(cfg, speculative)
         self.prompt = cfg.prompt_ids(self.llm)
+        self.dead: str | None = None  # the exception that broke the engine
 
     def draw(self, seeds: list[int]) -> list[str]:
         """Many draws in one generate() call (`VllmEngine.batch`)."""
+        if self.dead is not None:
+            # vLLM 0.32's in-process engine keeps a failed step's requests scheduled: its next generate()
+            # never returns (the scheduler spins), so the shard stops here, loudly, instead of hanging
+            raise EngineDead(f"config {self.cfg.id}: vLLM's engine raised {self.dead} in an earlier batch and "
+                             "cannot serve more requests in this process (its next generate() never returns)")
         try:
             outs = self.llm.generate([{"prompt_token_ids": self.prompt}] * len(seeds),
                                      [self.cfg.params(s) for s in seeds], use_tqdm=False)
         except Exception as e:  # a crash of the batch is a crash outcome of each of its draws
+            self.dead = f"{type(e).__name__}: {str(e)[:200]}"
             return [format_outcome([], f"crash:{type(e).__name__}")] * len(seeds)
         return [format_outcome([int(t) for t in o.outputs[0].token_ids], o.outputs[0].finish_reason or "none")
                 for o in outs]
