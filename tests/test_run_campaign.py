@@ -433,6 +433,33 @@ def test_a_job_that_keeps_failing_leaves_its_config_pending_under_only_and_incon
     assert next(c for c in whole["configs"] if c["id"] == "NEG")["decision"] == "NOT_REJECTED"
 
 
+def test_a_shard_that_hangs_is_killed_after_the_stall_limit_and_its_config_left_pending(tmp_path, monkeypatch):
+    from badc_check.campaign import RETRIES, Job
+
+    command = Job.command
+
+    def hung(self, *args, **kwargs):  # PAR's first on-arm shard prints nothing and never ends
+        if (self.cid, self.kind, self.arm, self.start) == ("PAR", "shard", "on", 0):
+            return [sys.executable, "-c", "import time; time.sleep(600)"]
+        return command(self, *args, **kwargs)
+
+    monkeypatch.setattr(Job, "command", hung)
+    monkeypatch.setenv("BADC_STALL_S", "20")  # start-up included: the toy's real shards print well within it
+    path = _write(tmp_path, CAMPAIGN.format(other="toy"))
+    logged: list[str] = []
+    t = time.monotonic()
+    report = run_campaign(load_campaign(path), tmp_path / "out", workers=2, only=["PAR"], log=logged.append,
+                          plots=False)
+    assert time.monotonic() - t < 300  # not 600 s per try
+    assert sum("PAR: shard on 0 made no progress for 20 s (BADC_STALL_S): killed as hung" in m for m in logged) \
+        == RETRIES + 1
+    par = next(p for p in report["pending"] if p["id"] == "PAR")
+    assert par["failed"] == f"1 job(s) failed after {RETRIES + 1} attempts (first: shard on 0)"
+    monkeypatch.setenv("BADC_STALL_S", "soon")
+    with pytest.raises(CampaignError, match="BADC_STALL_S must be a number of seconds >= 0, not 'soon'"):
+        run_campaign(load_campaign(path), tmp_path / "out2", **QUIET)
+
+
 def test_progress_shows_the_campaign_share_and_time_left(monkeypatch, tmp_path):
     from badc_check.campaign import progress as camp
 

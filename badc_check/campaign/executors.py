@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,15 +14,43 @@ from badc_check.campaign.plan import Job
 from badc_check.campaign.progress import Progress
 from badc_check.campaign.spec import CampaignError
 
+STALL_S = 1800.0  # a shard with no progress line for this long is taken as hung (BADC_STALL_S; 0: never)
+
+
+def stall_limit() -> float:
+    """Seconds a shard may go without a progress line before it is killed: BADC_STALL_S, or STALL_S."""
+    raw = os.environ.get("BADC_STALL_S", str(STALL_S))
+    try:
+        limit = float(raw)
+    except ValueError:
+        limit = -1.0
+    if not limit >= 0:
+        raise CampaignError(f"BADC_STALL_S must be a number of seconds >= 0, not {raw!r}")
+    return limit
+
+
+def _watch(proc: subprocess.Popen, last: list[float], limit: float, stalled: threading.Event) -> None:
+    while proc.poll() is None:
+        if time.monotonic() - last[0] > limit:
+            stalled.set()
+            proc.kill()
+            return
+        time.sleep(min(5.0, limit / 10))
+
 
 def _run_local(job: Job, cmd: list[str], progress: Progress, log: Callable[[str], None]) -> int:
     if job.kind == "shard":
         progress.begin(job.cid, job.arm)
+    limit = stall_limit() if job.kind == "shard" else 0.0
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     tail: list[str] = []
+    last, stalled = [time.monotonic()], threading.Event()
+    if limit:  # an engine that hangs (vLLM after a failed step, say) must not hang the campaign
+        threading.Thread(target=_watch, args=(proc, last, limit, stalled), daemon=True).start()
     try:
         for line in proc.stderr:
             if line.startswith(("progress ", "resumed ")):
+                last[0] = time.monotonic()
                 progress.update(job.cid, job.arm, job.start, int(line.split()[2].split("/")[0]),
                                 resumed=line.startswith("resumed "))
             elif "n_ctx" not in line and line.strip():
@@ -31,7 +61,10 @@ def _run_local(job: Job, cmd: list[str], progress: Progress, log: Callable[[str]
         proc.wait()
         raise
     finally:
-        if proc.returncode not in (0, None):
+        if stalled.is_set():
+            log(f"{job.cid}: {job.label} made no progress for {limit:.0f} s (BADC_STALL_S): killed as hung; "
+                "last lines: " + " | ".join(tail[-3:]))
+        elif proc.returncode not in (0, None):
             log(f"{job.cid}: worker exited with {proc.returncode}: " + " | ".join(tail[-3:]))
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from badc_check.builds import build_for
-from badc_check.campaign.executors import Executor
+from badc_check.campaign.executors import Executor, stall_limit
 from badc_check.campaign.merge import FolderDecision, MergedArm, anytime_decision, decide_from_folder, inconclusive
 from badc_check.campaign.plan import Job, confirmation_jobs, discovery_jobs
 from badc_check.campaign.progress import Progress
@@ -61,6 +61,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         checkpoint_interval()
     except ValueError as e:
         raise CampaignError(str(e)) from None
+    stall_limit()
     refused: dict[str, str] = {}  # config id -> the engine's message: it will not run it with speculation
     if not partial:  # engine-native keywords, judged by each build before anything is sealed
         refused = validate_native(campaign, executor)
