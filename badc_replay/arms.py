@@ -80,16 +80,21 @@ class _Checkpoint:
         self.path.unlink(missing_ok=True)
 
 
+def env_seconds(name: str, default: float) -> float:
+    """A number of seconds >= 0 from the environment variable `name`, else `default`; ValueError naming it."""
+    raw = os.environ.get(name, str(default))
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {raw!r}")
+    return seconds
+
+
 def checkpoint_interval() -> float:
     """Seconds between checkpoints: BADC_CHECKPOINT_S, or CHECKPOINT_S."""
-    raw = os.environ.get("BADC_CHECKPOINT_S", str(CHECKPOINT_S))
-    try:
-        every = float(raw)
-    except ValueError:
-        every = -1.0
-    if not every >= 0:
-        raise ValueError(f"BADC_CHECKPOINT_S must be a number of seconds >= 0, not {raw!r}")
-    return every
+    return env_seconds("BADC_CHECKPOINT_S", CHECKPOINT_S)
 
 
 def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tuple[Callable[[int], str], Any]], *,

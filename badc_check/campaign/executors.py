@@ -13,20 +13,17 @@ from pathlib import Path
 from badc_check.campaign.plan import Job
 from badc_check.campaign.progress import Progress
 from badc_check.campaign.spec import CampaignError
+from badc_replay.arms import env_seconds
 
 STALL_S = 1800.0  # a shard with no progress line for this long is taken as hung (BADC_STALL_S; 0: never)
 
 
 def stall_limit() -> float:
     """Seconds a shard may go without a progress line before it is killed: BADC_STALL_S, or STALL_S."""
-    raw = os.environ.get("BADC_STALL_S", str(STALL_S))
     try:
-        limit = float(raw)
-    except ValueError:
-        limit = -1.0
-    if not limit >= 0:
-        raise CampaignError(f"BADC_STALL_S must be a number of seconds >= 0, not {raw!r}")
-    return limit
+        return env_seconds("BADC_STALL_S", STALL_S)
+    except ValueError as e:
+        raise CampaignError(str(e)) from None
 
 
 def _watch(proc: subprocess.Popen, last: list[float], limit: float, stalled: threading.Event) -> None:
