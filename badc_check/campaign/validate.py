@@ -36,7 +36,8 @@ def validate_native(campaign: Campaign, executor: str = "local") -> dict[str, st
     refuses to run with speculation on, with its message ({id: message})."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for c in campaign.configs:
-        if type(get_engine(c["engine"])).check_native is Engine.check_native:
+        engine = type(get_engine(c["engine"]))
+        if engine.check_native is Engine.check_native and engine.refusal is Engine.refusal:
             continue  # nothing only the engine can judge: no interpreter to start
         try:
             python = sys.executable if executor == "inline" else str(build_for(c["engine"], c["build"]).python)
