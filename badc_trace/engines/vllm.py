@@ -92,21 +92,27 @@ def _request_record(rid: int, prompt_ids: Any, p: Any, stops: list[int],
 _BAD_WORDS: dict[tuple[int, tuple[str, ...]], list[list[int]]] = {}  # (tokenizer, bad words) -> token ids
 
 
+def bad_words_token_ids(p: Any, tok: Any) -> list[list[int]]:
+    """`p.bad_words` as the token sequences vLLM bans (its own `SamplingParams.update_from_tokenizer`, on a
+    clone), cached per tokenizer and words: the probe records them, the kernel masks them."""
+    key = (id(tok), tuple(p.bad_words or ()))
+    if key not in _BAD_WORDS:
+        q = p.clone()
+        q.update_from_tokenizer(tok)
+        _BAD_WORDS[key] = [[int(t) for t in w] for w in q._bad_words_token_ids or ()]
+    return _BAD_WORDS[key]
+
+
 def _constraints(p: Any, tok: Any, engine: Any) -> dict[str, Any]:
     """The token-level constraints a row's mask must show, where the request has them: `allowed_token_ids`
     (with the model's vocabulary size: every other token is masked), and `bad_words` as the token
-    sequences vLLM bans (`SamplingParams.update_from_tokenizer`, cached)."""
+    sequences vLLM bans (`bad_words_token_ids`)."""
     out: dict[str, Any] = {}
     if p.allowed_token_ids:
         out["allowed_token_ids"] = sorted({int(t) for t in p.allowed_token_ids})
         out["vocab_size"] = int(engine.model_config.get_vocab_size())
     if p.bad_words and tok is not None:
-        key = (id(tok), tuple(p.bad_words))
-        if key not in _BAD_WORDS:
-            q = p.clone()
-            q.update_from_tokenizer(tok)
-            _BAD_WORDS[key] = [[int(t) for t in w] for w in q._bad_words_token_ids or ()]
-        out["bad_words_token_ids"] = _BAD_WORDS[key]
+        out["bad_words_token_ids"] = bad_words_token_ids(p, tok)
     return out
 
 

@@ -65,12 +65,12 @@ class VllmConfig:
         return frozenset(int(t) for t in ids) if ids else None
 
     def bad_words_ids(self, tokenizer: Any) -> list[tuple[int, ...]]:
-        """`bad_words` as the token sequences vLLM bans (its own `update_from_tokenizer`)."""
+        """`bad_words` as the token sequences vLLM bans (as the probe records them)."""
+        from badc_trace.engines.vllm import bad_words_token_ids
+
         if not self.sampling.get("bad_words"):
             return []
-        p = self.params()
-        p.update_from_tokenizer(tokenizer)
-        return [tuple(int(t) for t in w) for w in p._bad_words_token_ids or ()]
+        return [tuple(w) for w in bad_words_token_ids(self.params(), tokenizer)]
 
     @property
     def temperature(self) -> float:
