@@ -106,6 +106,7 @@ def _replay_in_build(args: argparse.Namespace) -> int | None:
 def _cmd_replay(args: argparse.Namespace) -> int:
     """Exit 0 only when every request was checked in full and none broke the contract; 1 on a violation;
     2 on a usage or format error; 3 when anything was left unchecked (DESIGN.md, "Commands")."""
+    from badc_check.decide import exposure_line
     from badc_replay.contract import BROKEN, UNCHECKED, replay_traces
     from badc_trace.format import TraceFormatError
 
@@ -130,6 +131,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
               f"calls in {len(res.violating_requests)} requests: contract {status}")
         for rid in sorted(res.first_per_request)[: args.limit]:
             print(f"  {res.first_per_request[rid].message(res.decode)}")
+        if res.exposure:
+            print(f"  {exposure_line(res.exposure, res.requests)}")
         if res.first_carry_over is not None:
             print(f"  drafter state carried over: {res.carried_over} requests did not start from the first "
                   f"request's drafter settings (a draw may depend on the draws before it); first: "

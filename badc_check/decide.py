@@ -234,6 +234,8 @@ def contract_lines(contract: Mapping[str, Any] | None, decision: str) -> list[st
     elif status == "held":
         calls = f"{contract['calls']:,} calls of " if contract.get("calls") is not None else ""
         lines.append(f"contract held: {calls}{contract['requests']:,} on-arm requests replayed in full, no violation")
+    if contract.get("exposure"):
+        lines.append(exposure_line(contract["exposure"], contract.get("requests", 0)))
     for why in contract.get("left_unchecked", []):
         lines.append(f"contract UNCHECKED: {why}")
     off = contract.get("off")
@@ -241,6 +243,14 @@ def contract_lines(contract: Mapping[str, Any] | None, decision: str) -> list[st
         lines.append(f"off-arm contract {off.get('status', 'unchecked')}: "
                      + "; ".join(off.get("left_unchecked") or [f"{off.get('violations', 0):,} violating calls"]))
     return lines
+
+
+def exposure_line(exposure: Mapping[str, int], requests: int) -> str:
+    """Per parameter, the on-arm requests in which it acted on a draft; one that never did was not tested
+    by speculation, whatever the decision."""
+    parts = [f"{name} in {n:,} of {requests:,} requests" + ("" if n else " (NEVER: speculation did not test it)")
+             for name, n in sorted(exposure.items())]
+    return "exposure (a parameter acting on a draft): " + "; ".join(parts)
 
 
 def decide_all(configs: list[Config], *, alpha: float = 0.05, threshold: float = DEFAULT_THRESHOLD,

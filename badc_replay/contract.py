@@ -108,6 +108,7 @@ class ContractResult:
     carried_over: int = 0  # requests whose drafter started otherwise
     first_carry_over: CarryOver | None = None
     decode: Decoder | None = field(default=None, repr=False, compare=False)  # ids -> text, when known
+    exposure: Counter[str] = field(default_factory=Counter)  # per parameter: requests where it acted on a draft
 
     @property
     def first_violation(self) -> Violation | None:
@@ -148,7 +149,7 @@ class ContractResult:
                 "unchecked": self.unchecked, "unattributed": self.unattributed,
                 "partial": dict(self.partial),
                 "left_unchecked": self.left_unchecked(), "drafter_settings": self.drafter_settings,
-                "carried_over": self.carried_over,
+                "carried_over": self.carried_over, "exposure": dict(self.exposure),
                 "first_carry_over": None if self.first_carry_over is None else self.first_carry_over.to_dict()}
 
     def note_settings(self, request: int, settings: dict[str, Any]) -> None:
@@ -178,7 +179,7 @@ def merge_contracts(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     a fresh engine, so a shard whose drafter started otherwise than the first shard's adds one
     carried-over request (the workers' environments differ) to those carried over within the shards."""
     merged: dict[str, Any] = {"calls": 0, "violations": 0, "requests": 0, "violating_requests": 0,
-                              "by_class": {}, "first_violation": None, "left_unchecked": []}
+                              "by_class": {}, "first_violation": None, "left_unchecked": [], "exposure": {}}
     between = ContractResult("")
     within = 0
     firsts: list[dict[str, Any]] = []
@@ -194,6 +195,8 @@ def merge_contracts(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
             got["requests"] += n["requests"]
         merged["left_unchecked"] += [f"draws from {start:,}: {why}" for why in _left_unchecked(c)]
         merged["first_violation"] = merged["first_violation"] or c.get("first_violation")
+        for name, n in c.get("exposure", {}).items():
+            merged["exposure"][name] = merged["exposure"].get(name, 0) + n
         if c.get("drafter_settings") is not None:
             between.note_settings(start, c["drafter_settings"])
         within += c.get("carried_over", 0)
@@ -310,6 +313,8 @@ def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> Contract
                            "process, or lost before the trace's start)"] += 1
         elif not any(r["type"] == "return" for r in records):
             result.partial["it has no return record: its process ended before the request returned"] += 1
+        for name, hit in engine.exposure(records).items():
+            result.exposure[name] += int(hit)
         settings = next((r["settings"] for r in records if r["type"] == "draft" and "settings" in r), None)
         if settings is not None:
             result.note_settings(rid, settings)

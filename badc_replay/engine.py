@@ -256,6 +256,13 @@ class Engine(ABC):
         probe wrote one); an engine whose traces name their tokenizer otherwise may override it."""
         return pieces_decoder(vocab) if vocab else None
 
+    def exposure(self, records: list[dict[str, Any]]) -> Mapping[str, bool]:
+        """Offline: for each parameter of this request that speculation can meet, whether it acted on a
+        draft (a constraint masked a draft token, a stop was reached inside a block of drafts): exposure,
+        reported beside each decision, since a parameter that never met a draft was not tested by
+        speculation. Default: nothing recorded."""
+        return {}
+
     def logical_calls(self, records: list[dict[str, Any]]) -> list[LogicalCall]:
         """Offline: the request's calls that sequential decoding fixes by their logical prefix, for
         `badc diff --by-prefix` (default: records that carry the ids they saw and `logical_len`)."""

@@ -16,8 +16,9 @@ caller's process, a `vocab` record: each token's text decoded alone, for text be
   was divided by in `apply_sampling_constraints` (measured from the row itself), and the tokens the
   step produced;
 - `crash`: an exception raised to the caller;
-- `return`: the returned ids, finish reason and stop reason (with `n` > 1, those of the first
-  completion, and `completions`: every completion's index, ids and finish reason; its steps carry the
+- `return`: the returned ids, finish reason and stop reason (with stop strings, the returned text,
+  the untruncated text of the returned ids and where each id's text ends in it; with `n` > 1, those of
+  the first completion, and `completions`: every completion's index, ids and finish reason; its steps carry the
   engine's request id of their completion, `engine_req` (`i_<id>`), so each completion is checked on
   its own).
 
@@ -84,9 +85,18 @@ def _masked(before: Any, after: Any) -> list[list[int]]:
 
 def _request_record(rid: int, prompt_ids: Any, p: Any, stops: list[int],
                     constraints: dict[str, Any] | None = None) -> dict[str, Any]:
+    strings = [p.stop] if isinstance(p.stop, str) else list(p.stop or ())
+    extra = {"include_stop_str_in_output": p.include_stop_str_in_output} if strings else {}
     return {"type": "request", "req": rid, "prompt": [int(t) for t in prompt_ids or ()],
             "params": {"max_tokens": p.max_tokens, "min_tokens": p.min_tokens, "temperature": p.temperature,
-                       "stop_token_ids": stops, "stop": list(p.stop or ()), "n": p.n, **(constraints or {})}}
+                       "stop_token_ids": stops, "stop": strings, "n": p.n, **extra, **(constraints or {})}}
+
+
+def _stop_texts(tok: Any, tokens: list[int], text: str, p: Any) -> dict[str, Any]:
+    """For a request with stop strings: the text it returned, the untruncated text of its returned ids,
+    and where each id's text ends in it (what the contract's stop-string check reads)."""
+    texts = [tok.decode(tokens[:i + 1], skip_special_tokens=p.skip_special_tokens) for i in range(len(tokens))]
+    return {"text": text, "full_text": texts[-1] if texts else "", "text_ends": [len(t) for t in texts]}
 
 
 _BAD_WORDS: dict[tuple[int, tuple[str, ...]], list[list[int]]] = {}  # (tokenizer, bad words) -> token ids
@@ -217,9 +227,12 @@ class VllmInstrumentor(BaseInstrumentor):
             raise
         finally:
             self._local.req = None
-        for req, out in zip(reqs, outs, strict=True):
+        for req, out, p in zip(reqs, outs, plist, strict=True):
             self._flush(req.id)
-            self.sink.emit(_return_record(req.id, list(out.outputs), lambda c: c.token_ids))
+            rec = _return_record(req.id, list(out.outputs), lambda c: c.token_ids)
+            if p.stop and len(out.outputs) == 1:
+                rec.update(_stop_texts(tok, rec["tokens"], out.outputs[0].text, p))
+            self.sink.emit(rec)
         return outs
 
     def _generate_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -266,7 +279,10 @@ class VllmInstrumentor(BaseInstrumentor):
                       "outcome": format_outcome([], f"crash:{type(e).__name__}")})
                 raise
             emit(_request_record(req.id, getattr(last, "prompt_token_ids", None), params, stops, constraints))
-            emit(_return_record(req.id, [completions[i] for i in sorted(completions)], lambda c: tokens[c.index]))
+            rec = _return_record(req.id, [completions[i] for i in sorted(completions)], lambda c: tokens[c.index])
+            if params.stop and len(completions) == 1 and tok is not None and not delta:
+                rec.update(_stop_texts(tok, rec["tokens"], completions[0].text, params))
+            emit(rec)
 
         return stream()
 

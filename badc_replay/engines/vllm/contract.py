@@ -1,4 +1,5 @@
-"""Contract replay of one request's step records: D1 and D2 (offline)."""
+"""Contract replay of one request's records: D1 and D2 on the step records, D3 on the returned ids and text
+(offline)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from badc_replay.contract import RequestUnchecked, Violation
 from badc_replay.diff import LogicalCall
 from badc_replay.engines.vllm.config import TEMPERATURE_TOLERANCE
 from badc_replay.engines.vllm.masks import banned
+from badc_replay.engines.vllm.stops import first_stop, returned_text
 from badc_trace.engines.vllm import CHILD
 
 
@@ -25,7 +27,10 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any]) -> l
     if req is None:
         return []
     if int(req["params"].get("n") or 1) == 1:
-        return _check_rows(req, records)
+        return _check_rows(req, records) + _check_stop_strings(req, records)
+    if req["params"].get("stop"):
+        raise RequestUnchecked("stop strings of a request with n > 1 are not checked (its return record holds "
+                               "no text per completion)", _check_rows(req, records))
     children: dict[int, list[int]] = {}
     for i in steps:
         child = CHILD.match(str(records[i].get("engine_req", "")))
@@ -90,6 +95,80 @@ def _check_rows(req: dict[str, Any], records: list[dict[str, Any]]) -> list[Viol
                 found.append(Violation(req["req"], idx, "D1", f"{what}, min_tokens={m}, output position {pos}",
                                        logical, {key: expected}, {key: seen, "committed tokens": c}))
         out.extend(produced)
+    return found
+
+
+def exposure(records: list[dict[str, Any]]) -> dict[str, bool]:
+    """Per constraint the request sets, whether it acted on a draft: `min_tokens` on a used row of a step
+    with drafts below min_tokens, `allowed_token_ids` or `bad_words` masking a used draft row's own draft,
+    `stop` (strings) completed by a token the same step produced more tokens after (n = 1 requests)."""
+    req = next((r for r in records if r["type"] == "request"), None)
+    if req is None or int(req["params"].get("n") or 1) != 1:
+        return {}
+    params = req["params"]
+    m = int(params.get("min_tokens") or 0)
+    allowed = frozenset(params["allowed_token_ids"]) if params.get("allowed_token_ids") else None
+    bad = [tuple(w) for w in params.get("bad_words_token_ids") or ()]
+    vocab = int(params.get("vocab_size") or 0)
+    hits = {name: False for name, on in (("min_tokens", m > 0), ("allowed_token_ids", allowed is not None),
+                                         ("bad_words", bool(bad)), ("stop", bool(params.get("stop")))) if on}
+    out: list[int] = []
+    step_ends: list[int] = []
+    for rec in records:
+        if rec["type"] != "step":
+            continue
+        c, drafts, produced = rec["committed"], rec["drafts"], rec["produced"]
+        for j in range(min(len(drafts), len(produced))):  # the used draft rows
+            logical = out + list(drafts[:j])
+            if m > 0 and c + j < m:
+                hits["min_tokens"] = True
+            if allowed is not None and drafts[j] not in allowed:
+                hits["allowed_token_ids"] = True
+            if bad and drafts[j] in banned(logical, (), None, bad, vocab):
+                hits["bad_words"] = True
+        if drafts and m > 0 and len(produced) == len(drafts) + 1 and c + len(drafts) < m:
+            hits["min_tokens"] = True  # the bonus row
+        out.extend(produced)
+        step_ends.append(len(out))
+    ret = next((r for r in records if r["type"] == "return"), None)
+    if "stop" in hits and ret is not None and "text_ends" in ret:
+        texts = [ret["full_text"][:end] for end in ret["text_ends"]]
+        match = first_stop(texts, params["stop"], m)
+        hits["stop"] = match is not None and any(start <= match.token < end - 1 for start, end in
+                                                  zip([0, *step_ends], step_ends, strict=False))
+    return hits
+
+
+def _check_stop_strings(req: dict[str, Any], records: list[dict[str, Any]]) -> list[Violation]:
+    """D3, the frontend's stop-string check (`stops.first_stop`): the returned ids end at the token that
+    completed the first stop string, and the returned text is cut at it (after it with
+    `include_stop_str_in_output`). Speculation hands the detokenizer several tokens per step."""
+    params = req["params"]
+    strings = params.get("stop") or []
+    i, ret = next(((i, r) for i, r in enumerate(records) if r["type"] == "return"), (None, None))
+    if not strings or ret is None or ret.get("finish_reason") == "crash":
+        return []
+    if "text_ends" not in ret:
+        raise RequestUnchecked("stop strings not checked: the return record holds no text (a trace of an older "
+                               "probe, or a streamed request)")
+    tokens, full = ret["tokens"], ret["full_text"]
+    include = bool(params.get("include_stop_str_in_output"))
+    texts = [full[:end] for end in ret["text_ends"]]
+    if texts and not include and tokens[-1] in set(params.get("stop_token_ids") or ()):
+        texts[-1] = texts[-2] if len(texts) > 1 else ""  # a stop token's own text is left out (vLLM's detokenizer)
+    match = first_stop(texts, strings, int(params.get("min_tokens") or 0))
+    if match is None:
+        return []
+    found = []
+    kept = tokens[:match.token + 1]
+    if len(tokens) > len(kept):
+        found.append(Violation(req["req"], i, "D3", f"returned ids (the stop string {match.stop!r} was completed "
+                               f"by output token {match.token})", kept, {"ids": kept}, {"ids": tokens}))
+    text = returned_text(texts[match.token], match, include)
+    if ret["text"] != text:
+        found.append(Violation(req["req"], i, "D3", f"returned text (stop string {match.stop!r}, "
+                               f"include_stop_str_in_output={include})",
+                               kept, {"text": text}, {"text": ret["text"]}))
     return found
 
 

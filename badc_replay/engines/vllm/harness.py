@@ -45,9 +45,14 @@ class Harness:
             # never returns (the scheduler spins), so the shard stops here, loudly, instead of hanging
             raise EngineDead(f"config {self.cfg.id}: vLLM's engine raised {self.dead} in an earlier batch and "
                              "cannot serve more requests in this process (its next generate() never returns)")
+        if not self.cfg.seeded:
+            import torch
+
+            torch.manual_seed(seeds[0])  # batches start at the same draws on a resume: the same draws again
         try:
             outs = self.llm.generate([{"prompt_token_ids": self.prompt}] * len(seeds),
-                                     [self.cfg.params(s) for s in seeds], use_tqdm=False)
+                                     [self.cfg.params(s if self.cfg.seeded else None) for s in seeds],
+                                     use_tqdm=False)
         except Exception as e:  # a crash of the batch is a crash outcome of each of its draws
             self.dead = f"{type(e).__name__}: {str(e)[:200]}"
             return [format_outcome([], f"crash:{type(e).__name__}")] * len(seeds)

@@ -10,6 +10,7 @@ import numpy as np
 from badc_replay.engines.vllm.config import MAX_PREFIXES, MIRRORED_SAMPLING, VllmConfig
 from badc_replay.engines.vllm.harness import load_llm
 from badc_replay.engines.vllm.masks import banned
+from badc_replay.engines.vllm.stops import completed
 from badc_replay.enumeration import Choose, ExactLaw, enumerate_law
 from badc_trace.outcomes import format_outcome
 
@@ -45,6 +46,8 @@ class Kernel:
         self.stops = cfg.stop_ids
         self.allowed = cfg.allowed
         self.bad_words = cfg.bad_words_ids(self.llm.get_tokenizer())
+        self.stop_strings = cfg.stop_strings
+        self._texts: dict[tuple[int, ...], str] = {}
         self.logprobs: dict[tuple[int, ...], np.ndarray] = {}
         self._fill()
 
@@ -84,8 +87,21 @@ class Kernel:
         p = np.exp(x - x.max())
         return p / p.sum()
 
-    def ended(self, out: tuple[int, ...]) -> str | None:
-        if out and out[-1] in self.stops:
+    def text(self, out: tuple[int, ...]) -> str:
+        """The output text of `out`, as vLLM's detokenizer gives it (special tokens skipped)."""
+        if out not in self._texts:
+            self._texts[out] = self.llm.get_tokenizer().decode(list(out), skip_special_tokens=True)
+        return self._texts[out]
+
+    def completes_stop_string(self, out: tuple[int, ...]) -> bool:
+        """Whether the last token of `out` completes a stop string (once more than min_tokens are out)."""
+        return bool(self.stop_strings) and len(out) > self.cfg.min_tokens and \
+            completed(self.text(out[:-1]), self.text(out), self.stop_strings) is not None
+
+    def ended(self, out: tuple[int, ...], stop_strings: bool = True) -> str | None:
+        """How sequential decoding ends after `out` (None: it goes on); `stop_strings=False` leaves the
+        frontend's stop-string check out (the scheduler's checks only)."""
+        if out and (out[-1] in self.stops or (stop_strings and self.completes_stop_string(out))):
             return "stop"
         return "length" if len(out) >= self.cfg.max_new_tokens else None
 

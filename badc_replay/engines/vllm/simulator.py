@@ -11,13 +11,15 @@ from badc_trace.outcomes import format_outcome
 
 class NgramSimulator:
     """A model of ngram verification (module docstring); `bonus_mask` says how the bonus row decides
-    its min_tokens mask: "logical" (sequential, the contract) or "committed" (H-D1-bonus-mintokens)."""
+    its min_tokens mask: "logical" (sequential, the contract) or "committed" (H-D1-bonus-mintokens);
+    `stop_check` when stop strings are looked for: after each "token" (the contract) or once after each
+    "step" (H-D3-stop-per-step: every token the step produced is returned)."""
 
-    def __init__(self, kernel: Kernel, bonus_mask: str):
+    def __init__(self, kernel: Kernel, bonus_mask: str = "logical", stop_check: str = "token"):
         from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as propose
 
         d = kernel.cfg.drafter
-        self.kernel, self.bonus_mask = kernel, bonus_mask
+        self.kernel, self.bonus_mask, self.per_step = kernel, bonus_mask, stop_check == "step"
         self.k = int(d.get("num_speculative_tokens", 3))
         self.min_n, self.max_n = int(d.get("prompt_lookup_min", 1)), int(d.get("prompt_lookup_max", 2))
         self._propose = propose
@@ -32,22 +34,31 @@ class NgramSimulator:
     def run(self, choose: Choose) -> str:
         kern, m = self.kernel, self.kernel.cfg.min_tokens
         out: tuple[int, ...] = (choose(kern.law_at((), 0 < m)),)  # prefill: no drafts yet
-        while (code := kern.ended(out)) is None:
+        code = self._after_step(out, 0, kern.ended(out, not self.per_step))
+        while code is None:
             c, drafts = len(out), self.drafts(out)
             for j, d in enumerate(drafts):
                 y = choose(kern.law_at(out, c + j < m))
                 out += (y,)
-                if (code := kern.ended(out)) is not None:
-                    return format_outcome(out, code)
-                if y != d:
+                if (code := kern.ended(out, not self.per_step)) is not None or y != d:
                     break
             else:
                 pos = c if self.bonus_mask == "committed" else c + len(drafts)
                 out += (choose(kern.law_at(out, pos < m)),)
+                code = kern.ended(out, not self.per_step)
+            code = self._after_step(out, c, code)
         return format_outcome(out, code)
+
+    def _after_step(self, out: tuple[int, ...], start: int, code: str | None) -> str | None:
+        """With stop strings checked once per step: a stop string completed by any token the step
+        produced (from output position `start` on) ends the request with all of them."""
+        if self.per_step and any(self.kernel.completes_stop_string(out[:i + 1]) for i in range(start, len(out))):
+            return "stop"
+        return code
 
     def law(self) -> ExactLaw:
         return enumerate_law(self.run, what=f"{self.kernel.cfg.id} ngram simulator ({self.bonus_mask})")
 
 
-HYPOTHESES = {"H-D1-bonus-mintokens": "committed"}
+HYPOTHESES = {"H-D1-bonus-mintokens": {"bonus_mask": "committed"},
+              "H-D3-stop-per-step": {"stop_check": "step"}}
