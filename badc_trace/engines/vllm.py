@@ -16,7 +16,8 @@ caller's process, a `vocab` record: each token's text decoded alone, for text be
   was divided by in `apply_sampling_constraints` (measured from the row itself), and the tokens the
   step produced;
 - `crash`: an exception raised to the caller;
-- `return`: the returned ids, finish reason and stop reason (with stop strings, the returned text,
+- `return`: the returned ids, finish reason and stop reason (with `logprobs` / `prompt_logprobs`, the
+  logprob returned for each returned / prompt token; with stop strings, the returned text,
   the untruncated text of the returned ids and where each id's text ends in it; with `n` > 1, those of
   the first completion, and `completions`: every completion's index, ids and finish reason; its steps carry the
   engine's request id of their completion, `engine_req` (`i_<id>`), so each completion is checked on
@@ -126,13 +127,28 @@ def _constraints(p: Any, tok: Any, engine: Any) -> dict[str, Any]:
     return out
 
 
-def _return_record(rid: int, completions: list[Any], tokens_of: Any) -> dict[str, Any]:
-    """The first completion's tokens and finish, and with n > 1 every completion's (by its index)."""
+def _chosen(tokens: list[int], logprobs: Any) -> list[float | None]:
+    """The logprob vLLM returned for each returned token (its entry in that position's dictionary)."""
+    out: list[float | None] = []
+    for t, d in zip(tokens, logprobs, strict=False):
+        lp = d.get(t) if d is not None else None
+        out.append(None if lp is None else float(lp.logprob))
+    return out
+
+
+def _return_record(rid: int, completions: list[Any], tokens_of: Any, prompt: list[int] | None = None,
+                   prompt_logprobs: Any = None) -> dict[str, Any]:
+    """The first completion's tokens and finish (and logprobs, where asked for: channel R), and with n > 1
+    every completion's (by its index)."""
     c = completions[0] if completions else None
     tokens = [int(t) for t in tokens_of(c)] if c is not None else []
     finish = c.finish_reason if c is not None else None
     rec = {"type": "return", "req": rid, "tokens": tokens, "finish_reason": finish,
            "stop_reason": c.stop_reason if c is not None else None, "outcome": format_outcome(tokens, finish or "none")}
+    if c is not None and c.logprobs is not None:
+        rec["logprobs"] = _chosen(tokens, c.logprobs)
+    if prompt_logprobs is not None and prompt:
+        rec["prompt_logprobs"] = _chosen(prompt[1:], list(prompt_logprobs)[1:])  # the first token has none
     if len(completions) > 1:
         rec["completions"] = [{"index": x.index, "tokens": [int(t) for t in tokens_of(x)],
                                "finish_reason": x.finish_reason} for x in completions]
@@ -229,7 +245,8 @@ class VllmInstrumentor(BaseInstrumentor):
             self._local.req = None
         for req, out, p in zip(reqs, outs, plist, strict=True):
             self._flush(req.id)
-            rec = _return_record(req.id, list(out.outputs), lambda c: c.token_ids)
+            rec = _return_record(req.id, list(out.outputs), lambda c: c.token_ids, out.prompt_token_ids,
+                                 out.prompt_logprobs)
             if p.stop and len(out.outputs) == 1:
                 rec.update(_stop_texts(tok, rec["tokens"], out.outputs[0].text, p))
             self.sink.emit(rec)

@@ -367,6 +367,39 @@ def test_unseeded_requests_follow_the_kernel_and_repeat_batch_for_batch(tmp_path
     assert read_trace(str(tmp_path / "traces" / "VF-UNSEEDED" / "on-0.badc")).header["config"]["seeded"] is False
 
 
+def test_returned_logprobs_and_prompt_logprobs_are_checked_against_the_kernel(tmp_path):
+    # Channel R: with speculation, each returned token's logprob (vLLM's raw_logprobs: the rejection sampler
+    # gathers them from the raw target logits) and each prompt token's against the speculation-free
+    # one-token queries of the same engine; a planted shift of one returned logprob is a mismatch at its
+    # output position.
+    config = {**BASE, "id": "VF-LOGPROBS", "sampling": {"temperature": 1.0, "logprobs": 2, "prompt_logprobs": 0},
+              "applied": ["vllm/cpu-expand"]}
+    on = job(config, tmp_path, "on", 500, 17)
+    assert on["proposed"] > 0 and on["contract"]["status"] == "held"
+    assert on["records"]["draws"] == 500 and on["records"]["mismatch"] == 0, on["records"]["first_mismatch"]
+    trace = tmp_path / "traces" / "VF-LOGPROBS" / "on-0.badc"
+    returns = [r for r in list_trace(trace)[1:] if r["type"] == "return"]
+    assert all(len(r["logprobs"]) == len(r["tokens"]) and len(r["prompt_logprobs"]) == 9 for r in returns)
+    in_subprocess(f"""
+        from badc_replay.engines import vllm as vl
+        from badc_replay.engines.vllm.records import check_records
+        from badc_trace.format import TraceWriter, read_trace
+
+        r = read_trace({str(trace)!r})
+        records = list(r)
+        ret = next(i for i, x in enumerate(records) if x["type"] == "return" and len(x["tokens"]) >= 2)
+        records[ret]["logprobs"][1] += 0.01
+        planted = {str(tmp_path / "planted.badc")!r}
+        with TraceWriter(planted, engine="vllm", build="0.32.0", config=r.header["config"]) as w:
+            for x in records:
+                w.write(x)
+        kernel = vl.Kernel(vl.ENGINE.parse_config({config!r}))
+        got = check_records(planted, kernel)
+        assert got["mismatch"] == 1 and got["positions"] == {{2: 1}}, got
+        assert got["first_mismatch"]["request"] == records[ret]["req"]
+    """)
+
+
 def test_allowed_token_ids_and_bad_words_follow_the_kernel_past_the_known_defect(tmp_path):
     # The kernel mirrors both (vLLM's own bad-word tokenization); the off arm calibrates against it and
     # the on arm, with vllm/cpu-expand applied (the defect that fails every random-sampling config),

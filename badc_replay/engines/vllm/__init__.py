@@ -33,6 +33,7 @@ from badc_replay.engines.vllm.config import BATCH, VllmConfig
 from badc_replay.engines.vllm.contract import check_request, exposure, logical_calls
 from badc_replay.engines.vllm.harness import Harness
 from badc_replay.engines.vllm.kernel import Kernel, kernel_for
+from badc_replay.engines.vllm.records import check_records
 from badc_replay.engines.vllm.simulator import HYPOTHESES, NgramSimulator
 from badc_replay.engines.vllm.stops import first_stop
 from badc_replay.enumeration import ExactLaw
@@ -69,6 +70,13 @@ class VllmEngine(Engine):
 
     def harness(self, cfg: VllmConfig, speculative: bool) -> Harness:
         return Harness(cfg, speculative)
+
+    def returns_records(self, cfg: VllmConfig) -> bool:
+        return cfg.records
+
+    def check_records(self, cfg: VllmConfig, harness: Harness, trace_path: str) -> dict[str, Any]:
+        """Channel R on the arm's own engine, its probes gone: one-token requests draw nothing speculative."""
+        return check_records(trace_path, Kernel(cfg, harness.llm))
 
     def trace_config(self, cfg: VllmConfig, arm: str) -> dict[str, Any]:
         return {"id": cfg.id, "arm": arm, "sampling": cfg.sampling, "max_new_tokens": cfg.max_new_tokens,

@@ -13,7 +13,9 @@ from typing_extensions import TypedDict
 from badc_replay.engine import strict
 
 MIRRORED_SAMPLING = {"temperature", "top_k", "top_p", "min_tokens", "stop_token_ids", "allowed_token_ids",
-                     "bad_words", "stop", "include_stop_str_in_output"}
+                     "bad_words", "stop", "include_stop_str_in_output",
+                     "logprobs", "prompt_logprobs"}  # records (channel R): they leave the law as it is
+RECORD_TOLERANCE = 1e-4  # a returned logprob against the kernel's (float32 logits of other batch shapes)
 MAX_PREFIXES = 200_000  # prefixes the kernel may query; the tiny model at horizon 4 needs about 4,400
 BATCH = 500  # draws per generate() call: vLLM batches them; progress is shown between calls
 TEMPERATURE_TOLERANCE = 1e-3  # relative; a temperature measured from float32 logits
@@ -63,6 +65,11 @@ class VllmConfig:
     def prompt_ids(self, llm: Any) -> list[int]:
         return list(self.prompt) if isinstance(self.prompt, list) else \
             llm.get_tokenizer().encode(self.prompt, add_special_tokens=False)
+
+    @property
+    def records(self) -> bool:
+        """Whether requests ask for logprobs or prompt logprobs (channel R)."""
+        return any(self.sampling.get(k) is not None for k in ("logprobs", "prompt_logprobs"))
 
     @property
     def stop_strings(self) -> list[str]:

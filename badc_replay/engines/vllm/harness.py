@@ -34,7 +34,8 @@ class Harness:
 
     def __init__(self, cfg: VllmConfig, speculative: bool):
         self.cfg = cfg
-        self.llm = self.repair_target = load_llm(cfg, speculative)
+        # with records, channel R's kernel queries every logprob of this engine afterwards
+        self.llm = self.repair_target = load_llm(cfg, speculative, **({"max_logprobs": -1} if cfg.records else {}))
         self.prompt = cfg.prompt_ids(self.llm)
         self.dead: str | None = None  # the exception that broke the engine
 

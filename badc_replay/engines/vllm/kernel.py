@@ -48,6 +48,7 @@ class Kernel:
         self.bad_words = cfg.bad_words_ids(self.llm.get_tokenizer())
         self.stop_strings = cfg.stop_strings
         self._texts: dict[tuple[int, ...], str] = {}
+        self._prompt_rows: dict[tuple[int, ...], np.ndarray] = {}
         self.logprobs: dict[tuple[int, ...], np.ndarray] = {}
         self._fill()
 
@@ -72,6 +73,19 @@ class Kernel:
                     nxt.extend(p + (y,) for y in range(self.vocab)
                                if y not in self.stops or depth < self.cfg.min_tokens)
             level = nxt
+
+    def prompt_logprob(self, head: tuple[int, ...], token: int) -> float:
+        """The raw model logprob of `token` after the prompt prefix `head` (a one-token request on it)."""
+        if head not in self._prompt_rows:
+            from vllm import SamplingParams
+
+            out = self.llm.generate([{"prompt_token_ids": list(head)}],
+                                    SamplingParams(max_tokens=1, temperature=1.0, logprobs=-1, seed=0), use_tqdm=False)
+            row = np.full(self.vocab, -np.inf)
+            for t, lp in out[0].outputs[0].logprobs[0].items():
+                row[t] = lp.logprob
+            self._prompt_rows[head] = row
+        return float(self._prompt_rows[head][token])
 
     def law_at(self, out: tuple[int, ...], masked: bool) -> np.ndarray:
         """The processed law of the next token after output `out`, stop tokens masked or not, the tokens
