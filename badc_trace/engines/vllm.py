@@ -55,17 +55,24 @@ class _Step:
         self.runner = runner
         self.spec = spec
         self.verify_masks: list[list[int]] | None = None  # flattened draft rows
-        self.verify_temperature: list[float | None] | None = None
+        self.verify_temperature: list[float | str | None] | None = None
         self.final_masks: list[list[int]] | None = None  # one row per request
 
 
-def _temperatures(before: Any, after: Any) -> list[float | None]:
+ONE_TOKEN = "one token"  # a row with one finite entry: its law is that token's, whatever the temperature
+
+
+def _temperatures(before: Any, after: Any) -> list[float | str | None]:
     """The temperature each row was divided by, from its largest and smallest entries finite before
-    and after; None where no two such entries differ (a row left all -inf or NaN, for instance)."""
+    and after; None where no two such entries differ (a row left all -inf or NaN, for instance);
+    ONE_TOKEN where a single entry was finite before (a grammar that allows one token)."""
     import torch
 
-    out: list[float | None] = []
+    out: list[float | str | None] = []
     for b, a in zip(before, after, strict=True):
+        if int(torch.isfinite(b).sum()) == 1:
+            out.append(ONE_TOKEN)
+            continue
         ok = torch.isfinite(b) & torch.isfinite(a)
         if int(ok.sum()) < 2:
             out.append(None)
@@ -88,6 +95,8 @@ def _request_record(rid: int, prompt_ids: Any, p: Any, stops: list[int],
                     constraints: dict[str, Any] | None = None) -> dict[str, Any]:
     strings = [p.stop] if isinstance(p.stop, str) else list(p.stop or ())
     extra = {"include_stop_str_in_output": p.include_stop_str_in_output} if strings else {}
+    if p.structured_outputs is not None:
+        extra["structured_outputs"] = True  # the grammar masks tokens before the processors whose masks are seen
     return {"type": "request", "req": rid, "prompt": [int(t) for t in prompt_ids or ()],
             "params": {"max_tokens": p.max_tokens, "min_tokens": p.min_tokens, "temperature": p.temperature,
                        "stop_token_ids": stops, "stop": strings, "n": p.n, **extra, **(constraints or {})}}

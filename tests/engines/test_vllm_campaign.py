@@ -400,6 +400,31 @@ def test_returned_logprobs_and_prompt_logprobs_are_checked_against_the_kernel(tm
     """)
 
 
+def test_structured_outputs_follow_the_kernels_grammar_past_the_known_defect(tmp_path):
+    # A regex through vLLM's structured-output backend (xgrammar on CPU) under ngram drafting: the kernel
+    # masks what the grammar bitmask masks (a token keeping the text a prefix of the language; EOS once it
+    # is whole), the off arm calibrates against it, and no returned output leaves the grammar.
+    from badc_replay.engines.vllm import grammar
+
+    config = {**BASE, "id": "VF-REGEX", "sampling": {"temperature": 1.0, "structured_outputs": {"regex": "(ab|cd)+"}},
+              "predicates": ["structured_outputs"], "applied": ["vllm/cpu-expand"]}
+    pieces = [*"abcdefghijklmn", "", ""]
+    assert grammar.allowed("(ab|cd)+", "", pieces, 15) == {0, 2}
+    assert grammar.allowed("(ab|cd)+", "ab", pieces, 15) == {0, 2, 15}
+    assert grammar.allowed("(ab|cd)+", "a", pieces, 15) == {1}
+    member = vl.ENGINE.predicate("structured_outputs", vl.ENGINE.parse_config(config))
+    assert not member("0 1 2 3|length") and not member("0 1 15|stop") and not member("2|length")
+    assert member("0 2|length") and member("0 15|stop") and member("0 14|length")  # 'ac', EOS in 'a', <unk>
+    ref = job(config, tmp_path)["reference"]
+    assert not any(member(y) for y in ref) and {"0 1 2 3|length", "0 1 15|stop"} <= set(ref)
+    off = job(config, tmp_path, "off", 3000, 19)
+    on = job(config, tmp_path, "on", 3000, 19)
+    assert on["proposed"] > 0 and on["contract"]["status"] == "held"
+    d = decide(Config("VF-REGEX", Arm(on["outcomes"], 0, on["proposed"]), Arm(off["outcomes"]), reference=ref,
+                      predicates={"structured_outputs": member}))
+    assert d.calibration.passed and d.witnesses.count == 0 and d.decision == NOT_REJECTED
+
+
 def test_allowed_token_ids_and_bad_words_follow_the_kernel_past_the_known_defect(tmp_path):
     # The kernel mirrors both (vLLM's own bad-word tokenization); the off arm calibrates against it and
     # the on arm, with vllm/cpu-expand applied (the defect that fails every random-sampling config),

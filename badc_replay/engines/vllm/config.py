@@ -14,6 +14,7 @@ from badc_replay.engine import strict
 
 MIRRORED_SAMPLING = {"temperature", "top_k", "top_p", "min_tokens", "stop_token_ids", "allowed_token_ids",
                      "bad_words", "stop", "include_stop_str_in_output",
+                     "structured_outputs",  # a regex only (grammar.py)
                      "logprobs", "prompt_logprobs"}  # records (channel R): they leave the law as it is
 RECORD_TOLERANCE = 1e-4  # a returned logprob against the kernel's (float32 logits of other batch shapes)
 MAX_PREFIXES = 200_000  # prefixes the kernel may query; the tiny model at horizon 4 needs about 4,400
@@ -56,6 +57,10 @@ class VllmConfig:
     @property
     def min_tokens(self) -> int:
         return int(self.sampling.get("min_tokens", 0))
+
+    @property
+    def eos_id(self) -> int:
+        return _eos(self)
 
     @property
     def stop_ids(self) -> frozenset[int]:
@@ -122,10 +127,20 @@ class VllmConfig:
         p = float(self.sampling.get("top_p", 1.0))
         return p if p < 1.0 else None
 
+    @property
+    def regex(self) -> str | None:
+        """The `structured_outputs` regex, if the config constrains outputs with one."""
+        return (self.sampling.get("structured_outputs") or {}).get("regex")
+
     def params(self, seed: int | None = None) -> Any:
         from vllm import SamplingParams
 
-        return SamplingParams(max_tokens=self.max_new_tokens, seed=seed, **self.sampling)
+        sampling = dict(self.sampling)
+        if isinstance(sampling.get("structured_outputs"), dict):
+            from vllm.sampling_params import StructuredOutputsParams
+
+            sampling["structured_outputs"] = StructuredOutputsParams(**sampling["structured_outputs"])
+        return SamplingParams(max_tokens=self.max_new_tokens, seed=seed, **sampling)
 
     def speculative_config(self) -> dict[str, Any]:
         d = {k: v for k, v in self.drafter.items() if k != "method"}

@@ -12,7 +12,7 @@ from badc_replay.diff import LogicalCall
 from badc_replay.engines.vllm.config import TEMPERATURE_TOLERANCE
 from badc_replay.engines.vllm.masks import banned
 from badc_replay.engines.vllm.stops import first_stop, returned_text
-from badc_trace.engines.vllm import CHILD
+from badc_trace.engines.vllm import CHILD, ONE_TOKEN
 
 
 def check_request(records: list[dict[str, Any]], config: Mapping[str, Any]) -> list[Violation]:
@@ -27,7 +27,13 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any]) -> l
     if req is None:
         return []
     if int(req["params"].get("n") or 1) == 1:
-        return _check_rows(req, records) + _check_stop_strings(req, records)
+        found = _check_rows(req, records) + _check_stop_strings(req, records)
+        p = req["params"]
+        if p.get("structured_outputs") and (p.get("min_tokens") or p.get("allowed_token_ids") or
+                                            p.get("bad_words_token_ids")):
+            raise RequestUnchecked("the masks of min_tokens, allowed_token_ids and bad_words beside structured outputs "
+                                   "are not checked: the grammar masks tokens before them", found)
+        return found
     if req["params"].get("stop"):
         raise RequestUnchecked("stop strings of a request with n > 1 are not checked (its return record holds "
                                "no text per completion)", _check_rows(req, records))
@@ -75,6 +81,8 @@ def _check_rows(req: dict[str, Any], records: list[dict[str, Any]]) -> list[Viol
             for j, t in enumerate(rec.get("verify_temperature") or ()):
                 if c + j >= max_tokens:  # past max_tokens: the row's token is never returned
                     break
+                if t == ONE_TOKEN:  # one allowed token: the row's law does not depend on its temperature
+                    continue
                 if t is None or abs(t - temperature) > TEMPERATURE_TOLERANCE * temperature:
                     found.append(Violation(req["req"], idx, "D2", f"draft row {j} (rejection_sampler."
                                            "apply_sampling_constraints)", out + list(drafts[:j]),

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from badc_replay.engines.vllm import grammar
 from badc_replay.engines.vllm.config import MAX_PREFIXES, MIRRORED_SAMPLING, VllmConfig
 from badc_replay.engines.vllm.harness import load_llm
 from badc_replay.engines.vllm.masks import banned
@@ -39,6 +40,10 @@ class Kernel:
         bad = set(cfg.sampling) - MIRRORED_SAMPLING
         if bad:
             raise ValueError(f"config {cfg.id}: sampling keywords not mirrored by the vllm kernel: {sorted(bad)}")
+        kinds = set(cfg.sampling.get("structured_outputs") or {}) - {"regex"}
+        if kinds:
+            raise ValueError(f"config {cfg.id}: structured outputs other than a regex are not mirrored by the vllm "
+                             f"kernel: {sorted(kinds)}")
         self.cfg = cfg
         self.llm = llm or load_llm(cfg, speculative=False, max_logprobs=-1)
         self.vocab = len(self.llm.get_tokenizer())
@@ -49,6 +54,9 @@ class Kernel:
         self.stop_strings = cfg.stop_strings
         self._texts: dict[tuple[int, ...], str] = {}
         self._prompt_rows: dict[tuple[int, ...], np.ndarray] = {}
+        tok = self.llm.get_tokenizer()
+        self.pieces = [tok.decode([t], skip_special_tokens=True) for t in range(self.vocab)]
+        self.eos = cfg.eos_id
         self.logprobs: dict[tuple[int, ...], np.ndarray] = {}
         self._fill()
 
@@ -93,6 +101,9 @@ class Kernel:
         the argmax, as vLLM's greedy sampling)."""
         x = self.logprobs[out].copy()
         x[sorted(banned(out, self.stops if masked else (), self.allowed, self.bad_words, len(x)))] = -np.inf
+        if self.cfg.regex is not None:  # the grammar bitmask
+            x[sorted(set(range(len(x))) - grammar.allowed(self.cfg.regex, self.text(out), self.pieces, self.eos))] = \
+                -np.inf
         if self.cfg.temperature == 0:
             p = np.zeros_like(x)
             p[int(np.argmax(x))] = 1.0
