@@ -70,8 +70,9 @@ def _temperatures(before: Any, after: Any) -> list[float | str | None]:
 
     out: list[float | str | None] = []
     for b, a in zip(before, after, strict=True):
-        if int(torch.isfinite(b).sum()) == 1 and torch.equal(torch.isfinite(b), torch.isfinite(a)):
-            out.append(ONE_TOKEN)  # (a NaN temperature would leave no finite entry: None, a violation)
+        if int(torch.isfinite(b).sum()) == 1 and torch.equal(torch.isfinite(b), torch.isfinite(a)) \
+                and bool(torch.isneginf(a[~torch.isfinite(a)]).all()):
+            out.append(ONE_TOKEN)  # the rest still -inf: a NaN or negative temperature is None, a violation
             continue
         ok = torch.isfinite(b) & torch.isfinite(a)
         if int(ok.sum()) < 2:
