@@ -27,10 +27,10 @@ sys.path.insert(0, str(ROOT))
 from badc_check.builds import installed_builds  # noqa: E402
 
 _print = threading.Lock()
-# The order the suites start in, so that two lanes finish close together (measured 2026-12-01 from a
-# fresh clone, two at a time on 2 cores: transformers 14-16 min per build, vllm 11, core 9, llama_cpp 5;
-# core before vllm: the lane that frees first takes core, then llama_cpp, while the other runs vllm).
-ORDER = ("transformers", "core", "vllm", "llama_cpp")
+# The order the suites start in, so that two lanes finish close together (measured 2026-12-02 from a
+# fresh clone, two at a time on 2 cores: vllm 15 min and growing, transformers 7-8 min per build, core 9,
+# llama_cpp 4.5): vllm first on one lane, then llama_cpp; both transformers builds, then core, on the other.
+ORDER = ("vllm", "transformers", "core", "llama_cpp")
 
 
 def _pytest(python: Path, args: list[str], env: dict[str, str], label: str) -> tuple[int, dict[str, int]]:
