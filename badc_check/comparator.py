@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -49,3 +50,13 @@ def permutation_chi2(on: Mapping[str, int], off: Mapping[str, int], *, level: fl
         exceed += int((_chi2(sims, total, n_on, n) >= stat - 1e-9 * max(stat, 1)).sum())
     p = (exceed + 1) / (permutations + 1)
     return Comparator(stat, p, level, p <= level, permutations)
+
+
+def comparator_report(on: Mapping[str, int], off: Mapping[str, int], level: float, decision: str) -> dict[str, Any]:
+    """C beside badc's decision (the paper's level alpha / |configs|), and which of the two rejected."""
+    c = permutation_chi2(on, off, level=level)
+    badc = decision == "FAILS"
+    agreement = ("both rejected" if c.rejected and badc else "neither rejected" if not (c.rejected or badc)
+                 else f"only C rejected (badc: {decision})" if c.rejected else "only badc rejected (C did not)")
+    return {"statistic": c.statistic, "p_value": c.p_value, "level": c.level, "rejected": c.rejected,
+            "permutations": c.permutations, "agreement": agreement}

@@ -140,6 +140,18 @@ def test_the_campaign_runner_end_to_end_on_the_toy_engine(tmp_path):
     assert rep["confirmed"] is False and rep["witness_ub"] < 3e-3
     assert rep["reasons"] == [f"repaired witness-rate upper bound {rep['witness_ub']:.2e} > 0.0001"]
     assert d3["repair"]["attempted"] is False and "confirmed through D1" in d3["repair"]["reasons"][0]
+    # Beside each decision (#27): the comparator C at alpha / m, and the complete marginal bounds, one
+    # simultaneous construction over first token, visible length and termination (and the repaired arm)
+    assert neg["comparator"]["agreement"] == "neither rejected" and neg["comparator"]["level"] == 0.05 / 3
+    assert d1["comparator"]["rejected"] and d1["comparator"]["agreement"] == "both rejected"
+    for c in (neg, d1, d3):
+        assert set(c["marginals"]["bounds"]) == {"first token", "visible length", "termination"}
+    assert all(b["lower"] == 0 for row in neg["marginals"]["bounds"].values() for b in row.values())
+    assert max(row["on/off"]["lower"] for row in d1["marginals"]["bounds"].values()) > 0.05
+    assert "repaired/off" in d1["marginals"]["bounds"]["visible length"] and "repaired/off" not in \
+        neg["marginals"]["bounds"]["visible length"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "comparator C (permutation chi-square" in md and "both rejected" in md and "marginal TV" in md
 
 
 def test_messages_show_text_beside_ids_and_diff_by_prefix_finds_the_planted_defect(tmp_path, capsys):

@@ -80,6 +80,17 @@ def report_markdown(report: dict[str, Any]) -> str:
         if c.get("records", {}).get("status") == "complete":
             lines.append(f"- records (channel R): {'FAILED' if c['records']['failed'] else 'not rejected'}, "
                          f"gap {f(c['records'].get('gap'))}")
+        if c.get("comparator"):
+            cmp = c["comparator"]
+            lines.append(f"- comparator C (permutation chi-square, full outputs, no oracle): p = {cmp['p_value']:.4g} "
+                         f"at level {cmp['level']:.3g}, {'rejected' if cmp['rejected'] else 'not rejected'}: "
+                         f"{cmp['agreement']}")
+        if c.get("marginals"):
+            mg = c["marginals"]
+            cells = "; ".join(f"{obs} {cmp} {b['tv']:.4f} [{b['lower']:.4f}, {b['upper']:.4f}]"
+                              for obs, row in mg["bounds"].items() for cmp, b in row.items())
+            lines.append(f"- marginal TV, empirical [simultaneous bounds at 1 - {mg['alpha']:.3g}, every union of "
+                         f"categories, {mg['events']} events]: {cells}")
         if c.get("simulator_check") is not None:
             metric = f" ({c['simulator_metric']})" if c.get("simulator_metric") else ""
             lines.append(f"- hypothesis simulator with logical reads reproduces P to {c['simulator_check']:.1e}"

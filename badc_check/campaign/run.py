@@ -27,13 +27,26 @@ from badc_check.campaign.report import report_markdown
 from badc_check.campaign.seal import check_seal, write_json
 from badc_check.campaign.spec import Campaign, CampaignError
 from badc_check.campaign.validate import validate_native
+from badc_check.comparator import comparator_report
 from badc_check.confirmation import not_attempted
 from badc_check.decide import INCONCLUSIVE, ConfigDecision
 from badc_check.looks import planned_looks
+from badc_check.marginals import marginal_study
 from badc_check.selection import confirmation_m, select_confirmations
 from badc_replay.arms import checkpoint_interval
 
 RETRIES = 2  # a failed job is re-run this many times before its config is given up
+
+
+def other_tests(folder: FolderDecision, decision: str, alpha: float) -> dict[str, Any]:
+    """Beside badc's decision (#27): the permutation chi-square comparator C on full outputs at alpha / m,
+    and the complete marginal TV bounds of the on arm (and the repaired arm) against the off arm."""
+    arms = folder.arms
+    others = {"on/off": arms["on"].outcomes}
+    if "repaired" in arms:
+        others["repaired/off"] = arms["repaired"].outcomes
+    return {"comparator": comparator_report(arms["on"].outcomes, arms["off"].outcomes, alpha, decision),
+            "marginals": marginal_study(arms["off"].outcomes, others, alpha).to_dict()}
 
 
 def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, executor: str = "local",
@@ -209,7 +222,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         results[cid] = {**d.to_dict(), "applied": config.get("applied", []),
                         "simulator_check": folder.laws.get("simulator_check"),
                         "simulator_metric": folder.laws.get("simulator_metric"),
-                        "records_detail": {arm: folder.arms[arm].records for arm in ("on", "off")}}
+                        "records_detail": {arm: folder.arms[arm].records for arm in ("on", "off")},
+                        **other_tests(folder, d.decision, campaign.alpha / m)}
         log(f"{cid}: {d.decision} (D {d.D:.4f}, witnesses {d.witnesses.count}, contract "
             f"{(d.contract or {}).get('status', 'unchecked')})")
     if incomplete:  # a build set up on another machine may still decide these: pending, never final here
