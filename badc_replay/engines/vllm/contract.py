@@ -140,11 +140,21 @@ def exposure(records: list[dict[str, Any]]) -> dict[str, bool]:
         step_ends.append(len(out))
     ret = next((r for r in records if r["type"] == "return"), None)
     if "stop" in hits and ret is not None and "text_ends" in ret:
-        texts = [ret["full_text"][:end] for end in ret["text_ends"]]
-        match = first_stop(texts, params["stop"], m)
+        match = first_stop(_texts(ret, params), params["stop"], m)
         hits["stop"] = match is not None and any(start <= match.token < end - 1 for start, end in
                                                   zip([0, *step_ends], step_ends, strict=False))
     return hits
+
+
+def _texts(ret: dict[str, Any], params: dict[str, Any]) -> list[str]:
+    """The output text after each returned token, as vLLM's detokenizer builds it (from the return record's
+    untruncated text and where each token's text ends); a final stop token's own text is left out unless
+    `include_stop_str_in_output`."""
+    texts = [ret["full_text"][:end] for end in ret["text_ends"]]
+    if texts and not params.get("include_stop_str_in_output") and \
+            ret["tokens"][-1] in set(params.get("stop_token_ids") or ()):
+        texts[-1] = texts[-2] if len(texts) > 1 else ""
+    return texts
 
 
 def _check_stop_strings(req: dict[str, Any], records: list[dict[str, Any]]) -> list[Violation]:
@@ -159,11 +169,8 @@ def _check_stop_strings(req: dict[str, Any], records: list[dict[str, Any]]) -> l
     if "text_ends" not in ret:
         raise RequestUnchecked("stop strings not checked: the return record holds no text (a trace of an older "
                                "probe, or a streamed request)")
-    tokens, full = ret["tokens"], ret["full_text"]
-    include = bool(params.get("include_stop_str_in_output"))
-    texts = [full[:end] for end in ret["text_ends"]]
-    if texts and not include and tokens[-1] in set(params.get("stop_token_ids") or ()):
-        texts[-1] = texts[-2] if len(texts) > 1 else ""  # a stop token's own text is left out (vLLM's detokenizer)
+    tokens, include = ret["tokens"], bool(params.get("include_stop_str_in_output"))
+    texts = _texts(ret, params)
     match = first_stop(texts, strings, int(params.get("min_tokens") or 0))
     if match is None:
         return []
