@@ -419,7 +419,10 @@ def test_structured_outputs_follow_the_kernels_grammar_past_the_known_defect(tmp
     assert not any(member(y) for y in ref) and {"0 1 2 3|length", "0 1 15|stop"} <= set(ref)
     off = job(config, tmp_path, "off", 3000, 19)
     on = job(config, tmp_path, "on", 3000, 19)
-    assert on["proposed"] > 0 and on["contract"]["status"] == "held"
+    # draft-row temperatures and stop rules checked (no violation), the grammar's own masks not: unchecked,
+    # never held
+    assert on["proposed"] > 0 and on["contract"]["status"] == "unchecked" and on["contract"]["violations"] == 0
+    assert any("grammar" in why for why in on["contract"]["left_unchecked"])
     d = decide(Config("VF-REGEX", Arm(on["outcomes"], 0, on["proposed"]), Arm(off["outcomes"]), reference=ref,
                       predicates={"structured_outputs": member}))
     assert d.calibration.passed and d.witnesses.count == 0 and d.decision == NOT_REJECTED
@@ -525,6 +528,9 @@ def test_config_errors_name_the_field():
         cfg(sampling={"seed": 3})
     with pytest.raises(ValueError, match="not mirrored.*presence_penalty"):
         vl.Kernel(cfg(sampling={"temperature": 1.0, "presence_penalty": 0.5}), llm=object())
+    # a misspelled structured-outputs kind is named before anything is sealed, with the nearest valid one
+    (problem,) = vl.ENGINE.check_native(cfg(sampling={"structured_outputs": {"regx": "(ab)+"}}))
+    assert "sampling.structured_outputs.regx" in problem and "did you mean 'regex'" in problem
 
 
 def test_a_killed_shard_goes_on_from_its_checkpoint_draw_for_draw(tmp_path):

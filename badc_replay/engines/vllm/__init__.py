@@ -23,6 +23,7 @@ is returned (vLLM's detokenizer before vllm#47616 trimmed the text but not the i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -53,10 +54,15 @@ class VllmEngine(Engine):
 
     def check_native(self, cfg: VllmConfig) -> list[str]:
         from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
 
         valid = set(SamplingParams.__struct_fields__)
-        return [f"unknown key 'sampling.{k}' for vllm {self.version()}'s SamplingParams ({nearest(k, valid)})"
-                for k in cfg.sampling if k not in valid]
+        found = [f"unknown key 'sampling.{k}' for vllm {self.version()}'s SamplingParams ({nearest(k, valid)})"
+                 for k in cfg.sampling if k not in valid]
+        kinds = {f.name for f in dataclasses.fields(StructuredOutputsParams) if f.init}
+        return found + [f"unknown key 'sampling.structured_outputs.{k}' for vllm {self.version()}'s "
+                        f"StructuredOutputsParams ({nearest(k, kinds)})"
+                        for k in cfg.sampling.get("structured_outputs") or {} if k not in kinds]
 
     def refusal(self, cfg: VllmConfig) -> str | None:
         """vLLM's own check of a request's parameters against speculative decoding (min_p and logit_bias
@@ -128,7 +134,11 @@ class VllmEngine(Engine):
                 raise ValueError(f"config {cfg.id}: predicate structured_outputs needs sampling.structured_outputs "
                                  "with a regex")
             decode, pattern, eos = cfg.decoder(), cfg.regex, cfg.eos_id
-            return lambda y: not parse_outcome(y).crash and violates(pattern, decode, parse_outcome(y).tokens, eos)
+
+            def outside_grammar(y: str) -> bool:
+                o = parse_outcome(y)
+                return not o.crash and violates(pattern, decode, o.tokens, eos)
+            return outside_grammar
         return super().predicate(name, cfg)
 
     def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],
