@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from badc_replay.text import Decoder, ids_text, trace_decoder
+from badc_replay.text import Decoder, ids_text, trace_decoder, trace_vocab
 from badc_trace.format import TraceReader, read_trace
 
 BROKEN, HELD, UNCHECKED = "broken", "held", "unchecked"
@@ -298,8 +298,9 @@ def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> Contract
     result = ContractResult(name)
     # Parts of a contract that need the engine itself (a kernel that replays fresh processors) come
     # with a context the engine builds when it can run here, or a reason why they cannot be checked.
-    context, result.unchecked = engine.replay_context(header)
-    result.decode = trace_decoder(paths, header)
+    vocab = trace_vocab(paths)
+    context, result.unchecked = engine.replay_context(header, vocab)
+    result.decode = trace_decoder(paths, header, vocab)
     for rid, records in requests_of(readers, result, engine.call_types):
         result.requests += 1
         result.calls += sum(1 for r in records if r["type"] in engine.call_types)

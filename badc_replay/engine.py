@@ -246,9 +246,10 @@ class Engine(ABC):
         raise ValueError(f"config {cfg.id}: unknown {self.name} predicate {name!r} "
                          f"({nearest(name, list(self.predicates))})")
 
-    def replay_context(self, header: Mapping[str, Any]) -> tuple[Any, str | None]:
-        """What `check_request` needs beyond the records (a kernel, for checks that replay the engine),
-        or None and why a part of the contract cannot be checked here."""
+    def replay_context(self, header: Mapping[str, Any], vocab: list[bytes] | None = None) -> tuple[Any, str | None]:
+        """What `check_request` needs beyond the records (a kernel, for checks that replay the engine; the
+        trace's token pieces, `vocab`, for checks that read text), or None and why a part of the contract
+        cannot be checked here."""
         return None, None
 
     def decoder(self, header: Mapping[str, Any], vocab: list[bytes] | None) -> Decoder | None:

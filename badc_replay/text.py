@@ -53,12 +53,13 @@ def ids_text(ids: Any, decode: Decoder | None) -> str | None:
     return repr(text if len(text) <= SHOWN else "…" + text[-SHOWN:])
 
 
-def trace_decoder(paths: Sequence[str], header: Mapping[str, Any]) -> Decoder | None:
-    """ids -> text for a run's traces, when they know the tokenizer; never an error (text beside ids
-    is never a reason for a replay or a diff to fail)."""
+def trace_decoder(paths: Sequence[str], header: Mapping[str, Any],
+                  vocab: list[bytes] | None = None) -> Decoder | None:
+    """ids -> text for a run's traces, when they know the tokenizer (`vocab`: their vocabulary, when already
+    read); never an error (text beside ids is never a reason for a replay or a diff to fail)."""
     from badc_replay.registry import get_engine  # the registry imports the engines, which import this module
 
     try:
-        return get_engine(header["engine"]).decoder(header, trace_vocab(paths))
+        return get_engine(header["engine"]).decoder(header, vocab if vocab is not None else trace_vocab(paths))
     except Exception:
         return None

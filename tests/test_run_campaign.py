@@ -367,14 +367,35 @@ def test_partial_report_decides_finished_configs_with_the_final_m_and_runs_nothi
     assert unbuilt["decision"] == "INCONCLUSIVE"
     assert report["pending"] == [{"id": "PAR", "laws": True, "failed": None,
                                   "draws": {"off": "1,500/1,500", "on": "1,000/1,500"}},
-                                 {"id": "OTHER-ENGINE", "laws": False, "failed": unbuilt["reasons"][0], "draws": {}}]
+                                 {"id": "OTHER-ENGINE", "laws": False, "failed": unbuilt["reasons"][0],
+                                  "draws": {"off": "0/1,500", "on": "0/1,500"}}]
     md = (half / "report-partial.md").read_text()
     assert "1 of 3 configs decided" in md and "| PAR | done | off 1,500/1,500, on 1,000/1,500 | - |" in md
-    assert f"| OTHER-ENGINE | pending | - | {unbuilt['reasons'][0]} |" in md
+    assert f"| OTHER-ENGINE | pending | off 0/1,500, on 0/1,500 | {unbuilt['reasons'][0]} |" in md
     assert sorted(p.name for p in half.rglob("*")) == sorted(files + ["report-partial.json", "report-partial.md"])
     assert not (half / "report.json").exists()
     with pytest.raises(CampaignError, match="no sealed campaign"):
         run_campaign(load_campaign(path), tmp_path / "empty", partial=True, **QUIET)
+
+
+def test_a_config_whose_build_is_not_set_up_here_is_decided_from_the_jobs_it_already_has(tmp_path, monkeypatch):
+    # A study split over machines: the shards kept from a machine with the build decide its configs on one
+    # without it, with the same decision and D; nothing of them runs here.
+    import badc_check.campaign.run as runner
+
+    path = _write(tmp_path, CAMPAIGN.format(other="toy"))
+    final = run_campaign(load_campaign(path), tmp_path / "out", workers=2, **QUIET)
+    (tmp_path / "out" / "report.json").unlink()
+
+    def not_here(engine, build):
+        raise LookupError(f"build '{engine}-{build}' is not set up")
+    monkeypatch.setattr(runner, "build_for", not_here)
+    files = sorted(p.name for p in (tmp_path / "out").rglob("*"))
+    again = run_campaign(load_campaign(path), tmp_path / "out", workers=2, **QUIET)
+    assert sorted(p.name for p in (tmp_path / "out").rglob("*")) == sorted(files + ["report.json"])
+    pick = {c["id"]: (c["decision"], c["D"]) for c in final["configs"]}
+    assert {c["id"]: (c["decision"], c["D"]) for c in again["configs"]} == pick
+    assert pick["PAR"][0] == "FAILS" and pick["OTHER-ENGINE"][0] == "INCONCLUSIVE"
 
 
 def test_only_runs_the_named_configs_with_the_whole_rosters_seal_and_m(tmp_path):

@@ -97,10 +97,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         try:
             inline = executor == "inline"
             pythons[c["id"]] = sys.executable if inline else str(build_for(c["engine"], c["build"]).python)
-        except LookupError as e:
+        except LookupError as e:  # nothing of it runs here; what earlier runs (elsewhere) left still decides it
             unbuilt[c["id"]] = str(e)
-            results[c["id"]] = inconclusive(c, str(e))
-            continue
         if c["id"] in refused:  # a documented limitation of the engine: reported, never drawn or decided
             results[c["id"]] = {**inconclusive(c, f"refused by {c['engine']} {c['build']} with speculation on: "
                                                   f"{refused[c['id']]} (a limitation of the engine, not a pass)"),
@@ -111,7 +109,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             cfg_path = out / "configs" / f"{c['id']}.json"
             cfg_path.parent.mkdir(exist_ok=True)
             write_json(cfg_path, c)
-    chosen = {cid for cid in plans if only is None or cid in only}  # what this run runs
+    chosen = {cid for cid in plans if only is None or cid in only} - set(unbuilt)  # what this run runs
     ex = Executor(executor, workers, progress, log)
 
     def run(jobs: dict[str, list[Job]], looks: bool = False) -> None:
@@ -172,7 +170,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     if only is not None and not partial:
         if not interrupted_before:  # this run was not cut off; an earlier one's mark stays for the final report
             marker.unlink(missing_ok=True)
-        incomplete = len(found) < len(plans)
+        # a config whose build is not set up here and whose jobs are not all done is INCONCLUSIVE, as in a whole run
+        incomplete = any(cid not in found for cid in plans if cid not in unbuilt)
     states: dict[str, ConfigDecision | str | None] = {cid: r["decision"] for cid, r in results.items()}
     states.update({cid: found[cid].decision if cid in found else None if incomplete else INCONCLUSIVE
                    for cid in plans})
@@ -192,7 +191,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         config = jobs[0].config
         conf_jobs = confirm.get(cid, [])
         left = ([] if cid in found else missing(jobs)) + missing(conf_jobs)
-        why = failed(cid, jobs + conf_jobs) if left else None
+        why = (unbuilt.get(cid) or failed(cid, jobs + conf_jobs)) if left else None
         if (left or cid in waiting) and incomplete:
             arms_done: dict[str, list[int]] = {}
             for j in jobs[1:] + conf_jobs:
@@ -203,7 +202,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                             "draws": {arm: f"{d:,}/{t:,}" for arm, (d, t) in arms_done.items()}})
             if cid in waiting and not left:
                 pending[-1]["waiting"] = "its confirmation is selected once every config of its build is decided"
-            if why:  # not decided: the next run retries them, so the partial report lists it as pending
+            if why and cid not in unbuilt:  # not decided: the next run retries them, so it is listed as pending
                 log(f"{cid}: {why}; still pending, the next run retries them")
             continue
         if cid not in found:  # a whole run: every missing job was tried RETRIES + 1 times, so `why` is set
@@ -226,10 +225,6 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                         **other_tests(folder, d.decision, campaign.alpha / m)}
         log(f"{cid}: {d.decision} (D {d.D:.4f}, witnesses {d.witnesses.count}, contract "
             f"{(d.contract or {}).get('status', 'unchecked')})")
-    if incomplete:  # a build set up on another machine may still decide these: pending, never final here
-        for cid, why in unbuilt.items():
-            results.pop(cid)
-            pending.append({"id": cid, "laws": False, "failed": why, "draws": {}})
     report = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
               "threshold": campaign.threshold, "m": m, "confirm_m": confirmation_m(campaign.configs),
               "anytime": [look.to_dict() for look in planned_looks(campaign.draws)] if campaign.anytime else None,

@@ -7,14 +7,17 @@ What is recorded, per request of the outermost `LLM.generate()` (and, once per t
 caller's process, a `vocab` record: each token's text decoded alone, for text beside ids in messages):
 
 - `request`: prompt ids and the sampling parameters the contract needs (max_tokens, min_tokens, the
-  stop token ids with EOS, temperature; where set, allowed_token_ids with the vocabulary size, and the
-  bad words' token sequences as vLLM bans them);
+  stop token ids with EOS, temperature; where set, allowed_token_ids with the vocabulary size, the
+  bad words' token sequences as vLLM bans them, and the structured-outputs constraint as given, with
+  the tokenizer's special ids, whose text the grammar never sees);
 - `step`: each model-runner sampling step that included the request: the committed output length,
   the scheduled drafts (ngram proposals under verification), for every row the tokens the logits
   processors masked to -inf (draft rows go through `RejectionSampler.apply_logits_processors`, the
   bonus or ordinary row through `Sampler.apply_logits_processors`), the temperature each draft row
-  was divided by in `apply_sampling_constraints` (measured from the row itself), and the tokens the
-  step produced;
+  was divided by in `apply_sampling_constraints` (measured from the row itself), the tokens the
+  step produced, and for a structured-outputs request the tokens the grammar bitmask masked on each of
+  its rows (`grammar_masked`: its draft rows, then its bonus or ordinary row; `apply_grammar_bitmask`
+  runs before the processors, so the processors' masks never show these);
 - `crash`: an exception raised to the caller;
 - `return`: the returned ids, finish reason and stop reason (with `logprobs` / `prompt_logprobs`, the
   logprob returned for each returned / prompt token; with stop strings, the returned text,
@@ -57,6 +60,7 @@ class _Step:
         self.verify_masks: list[list[int]] | None = None  # flattened draft rows
         self.verify_temperature: list[float | str | None] | None = None
         self.final_masks: list[list[int]] | None = None  # one row per request
+        self.grammar_masks: list[list[int]] | None = None  # every logits row: each request's drafts, then bonus
 
 
 ONE_TOKEN = "one token"  # a row with one finite entry: its law is that token's, whatever the temperature
@@ -92,12 +96,13 @@ def _masked(before: Any, after: Any) -> list[list[int]]:
     return [row.nonzero().flatten().tolist() for row in new]
 
 
+_GRAMMAR_KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+
+
 def _request_record(rid: int, prompt_ids: Any, p: Any, stops: list[int],
                     constraints: dict[str, Any] | None = None) -> dict[str, Any]:
     strings = [p.stop] if isinstance(p.stop, str) else list(p.stop or ())
     extra = {"include_stop_str_in_output": p.include_stop_str_in_output} if strings else {}
-    if p.structured_outputs is not None:
-        extra["structured_outputs"] = True  # the grammar masks tokens before the processors whose masks are seen
     return {"type": "request", "req": rid, "prompt": [int(t) for t in prompt_ids or ()],
             "params": {"max_tokens": p.max_tokens, "min_tokens": p.min_tokens, "temperature": p.temperature,
                        "stop_token_ids": stops, "stop": strings, "n": p.n, **extra, **(constraints or {})}}
@@ -134,6 +139,12 @@ def _constraints(p: Any, tok: Any, engine: Any) -> dict[str, Any]:
         out["vocab_size"] = int(engine.model_config.get_vocab_size())
     if p.bad_words and tok is not None:
         out["bad_words_token_ids"] = bad_words_token_ids(p, tok)
+    so = p.structured_outputs
+    if so is not None:  # the grammar as given; contract replay mirrors the kinds it knows (a regex)
+        out["structured_outputs"] = {k: getattr(so, k) for k in _GRAMMAR_KINDS
+                                     if getattr(so, k, None) not in (None, False)} or {"other": True}
+        if tok is not None:
+            out["special_ids"] = sorted(int(t) for t in tok.all_special_ids)
     return out
 
 
@@ -199,6 +210,8 @@ class VllmInstrumentor(BaseInstrumentor):
                 ("vllm.entrypoints.llm", "LLM", "generate", self._generate),
                 ("vllm.v1.engine.async_llm", "AsyncLLM", "generate", self._generate_async),
                 ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "_sample", self._sample),
+                # imported by name into the runner's module: its global is the one called
+                ("vllm.v1.worker.gpu_model_runner", None, "apply_grammar_bitmask", self._grammar),
                 ("vllm.v1.sample.sampler", "Sampler", "apply_logits_processors", self._rows("final_masks", _masked)),
                 ("vllm.v1.sample.rejection_sampler", "RejectionSampler", "apply_logits_processors",
                  self._rows("verify_masks", _masked)),
@@ -321,6 +334,7 @@ class VllmInstrumentor(BaseInstrumentor):
     def _sample(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         spec = args[1] if len(args) > 1 else kwargs.get("spec_decode_metadata")
         step = self._local.step = _Step(instance, spec)
+        step.grammar_masks, self._local.grammar = getattr(self._local, "grammar", None), None
         committed = {rid: len(instance.requests[rid].output_token_ids) for rid in instance.input_batch.req_ids
                      if rid in instance.requests}
         try:
@@ -338,9 +352,10 @@ class VllmInstrumentor(BaseInstrumentor):
         sampled = out.sampled_token_ids.tolist()
         ndrafts = step.spec.num_draft_tokens if step.spec is not None else [0] * len(sampled)
         drafts_flat = step.spec.draft_token_ids.tolist() if step.spec is not None else []
-        at = 0
+        at = row = 0  # the request's first draft row among the step's drafts, its first logits row
         for i, rid in enumerate(runner.input_batch.req_ids):
             n = ndrafts[i] if i < len(ndrafts) else 0
+            rows, row = (row, row + n + 1), row + n + 1
             drafts = drafts_flat[at:at + n]
             verify = step.verify_masks[at:at + n] if step.verify_masks is not None else [[] for _ in drafts]
             temps = step.verify_temperature[at:at + n] if step.verify_temperature is not None else []
@@ -359,6 +374,8 @@ class VllmInstrumentor(BaseInstrumentor):
             rec = {"type": "step", "req": req, "committed": committed.get(rid), "drafts": drafts,
                    "verify_masked": verify, "verify_temperature": temps, "final_masked": final,
                    "role": "bonus" if n else "step", "produced": produced}
+            if step.grammar_masks is not None and state.sampling_params.structured_outputs is not None:
+                rec["grammar_masked"] = step.grammar_masks[rows[0]:rows[1]]
             if CHILD.match(rid):  # completion i of a request with n > 1: which one (other ids vary run to run)
                 rec["engine_req"] = rid
             if req in self._pending and self.sink.recording:
@@ -378,6 +395,17 @@ class VllmInstrumentor(BaseInstrumentor):
             setattr(step, field, measure(before, out))
             return out
         return wrapper
+
+    def _grammar(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """`apply_grammar_bitmask(scheduler_output, grammar_output, input_batch, logits)`, called just before
+        `_sample` on the same logits: the tokens it masked on each row, kept for that step."""
+        if not self.sink.recording:
+            return wrapped(*args, **kwargs)
+        logits = args[3] if len(args) > 3 else kwargs["logits"]
+        before = logits.clone()
+        out = wrapped(*args, **kwargs)
+        self._local.grammar = _masked(before, logits)
+        return out
 
     def _propose(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         out = wrapped(*args, **kwargs)

@@ -419,13 +419,48 @@ def test_structured_outputs_follow_the_kernels_grammar_past_the_known_defect(tmp
     assert not any(member(y) for y in ref) and {"0 1 2 3|length", "0 1 15|stop"} <= set(ref)
     off = job(config, tmp_path, "off", 3000, 19)
     on = job(config, tmp_path, "on", 3000, 19)
-    # draft-row temperatures and stop rules checked (no violation), the grammar's own masks not: unchecked,
-    # never held
-    assert on["proposed"] > 0 and on["contract"]["status"] == "unchecked" and on["contract"]["violations"] == 0
-    assert any("grammar" in why for why in on["contract"]["left_unchecked"])
+    # every used row's grammar bitmask against the kernel's grammar at its logical output (the probe records
+    # it from apply_grammar_bitmask; the texts come from the trace's vocabulary record): held
+    assert on["proposed"] > 0 and on["contract"]["status"] == "held" and on["contract"]["violations"] == 0
+    assert on["contract"]["exposure"]["structured_outputs"] > 0
+    steps = [r for r in list_trace(tmp_path / "traces" / "VF-REGEX" / "on-0.badc")[1:] if r["type"] == "step"]
+    assert all(len(r["grammar_masked"]) == len(r["drafts"]) + 1 for r in steps)
     d = decide(Config("VF-REGEX", Arm(on["outcomes"], 0, on["proposed"]), Arm(off["outcomes"]), reference=ref,
                       predicates={"structured_outputs": member}))
     assert d.calibration.passed and d.witnesses.count == 0 and d.decision == NOT_REJECTED
+
+
+def test_a_planted_stale_grammar_state_is_found_by_contract_replay(tmp_path):
+    # The grammar check can fail on the real engine: with the structured-output manager's bitmask no longer
+    # advanced through the drafts (every row of a request gets its committed state's mask), contract replay
+    # names the first draft row whose grammar mask differs from the grammar's at its logical output, and the
+    # outputs leave the grammar.
+    config = BASE | {"id": "planted", "sampling": {"temperature": 1.0, "structured_outputs": {"regex": "(ab|cd)+"}}}
+    in_subprocess(f"""
+        from badc_replay.engines import vllm as vl
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        original = StructuredOutputManager.grammar_bitmask
+
+        def stale(self, requests, ids, spec):
+            out, at = original(self, requests, ids, spec), 0
+            for rid in ids:
+                n = len(spec.get(rid, ()))
+                out[at + 1:at + n + 1] = out[at]
+                at += n + 1
+            return out
+
+        StructuredOutputManager.grammar_bitmask = stale
+        cfg = vl.ENGINE.parse_config({config!r})
+        res = vl.ENGINE.collect(cfg, "on", 300, 4, trace_path={str(tmp_path / "t.badc")!r},
+                                applied=["vllm/cpu-expand"])
+        first = res.contract["first_violation"]
+        assert res.contract["status"] == "broken" and first["kind"] == "D1", res.contract
+        assert first["what"].startswith("draft row") and "apply_grammar_bitmask" in first["what"], first
+        assert first["expected"]["tokens masked by the grammar"] != first["seen"]["tokens masked by the grammar"]
+        member = vl.ENGINE.predicate("structured_outputs", cfg)
+        assert sum(k for y, k in res.outcomes.items() if member(y)) > 100
+    """)
 
 
 def test_allowed_token_ids_and_bad_words_follow_the_kernel_past_the_known_defect(tmp_path):

@@ -113,7 +113,8 @@ class TransformersEngine(Engine):
             return past_stop
         return super().predicate(name, cfg)
 
-    def replay_context(self, header: Mapping[str, Any]) -> tuple[Kernel | ProgramKernels | None, str | None]:
+    def replay_context(self, header: Mapping[str, Any],
+                       vocab: list[bytes] | None = None) -> tuple[Kernel | ProgramKernels | None, str | None]:
         """The kernel for D2/D3 when the trace's build is the one installed here (a campaign config's, or
         each request's rebuilt from the program's recorded arguments); else why not."""
         try:

@@ -141,9 +141,13 @@ class VllmEngine(Engine):
             return outside_grammar
         return super().predicate(name, cfg)
 
+    def replay_context(self, header: Mapping[str, Any], vocab: list[bytes] | None = None) -> tuple[Any, str | None]:
+        """The trace's token pieces: a structured-outputs request's grammar check reads its text."""
+        return vocab, None
+
     def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],
-                      context: Any = None) -> list[Violation]:
-        return check_request(records, config)
+                      context: list[bytes] | None = None) -> list[Violation]:
+        return check_request(records, config, context)
 
     def exposure(self, records: list[dict[str, Any]]) -> dict[str, bool]:
         return exposure(records)
