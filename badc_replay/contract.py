@@ -309,6 +309,9 @@ def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> Contract
         except RequestUnchecked as e:
             found = e.found
             result.partial[e.reason] += 1
+        if any(r["type"] == "crash" for r in records):
+            result.partial["it crashed (the engine raised an exception): the calls it would have made after that "
+                           "were never made, so its contract was not checked in full"] += 1
         if not any(r["type"] == "request" for r in records):
             result.partial["its records are in this trace, its request record is not (written by another "
                            "process, or lost before the trace's start)"] += 1

@@ -537,3 +537,50 @@ def test_progress_shows_the_campaign_share_and_time_left(monkeypatch, tmp_path):
     clock[0] += 60
     p.update("A", "on", 500, 420)  # 120 draws in 60 s
     assert "920/1,000 2 draws/s |" in lines[-1]
+
+
+VARIANTS = """
+[campaign]
+name = "transfer"
+draws = 1500
+seed = 3
+shard = 500
+
+[defaults]
+engine = "toy"
+build = "0.1.0"
+max_new_tokens = 4
+processors = [{{ name = "min_tokens", min_tokens = 3 }}]
+defects = ["D1"]
+predicates = ["min_tokens"]
+hypothesis = "H-D1"
+
+[[config]]
+id = "PAR"
+variants = {variants}
+"""
+
+
+def test_variants_expand_a_config_over_models_and_prompts_before_the_seal(tmp_path):
+    # Held-out transfer: one config per variant (only the model and the prompt change), ids ID-V1.., each
+    # sealed and decided in the roster's m; the planted defect is found on every variant.
+    three = '[{ model = "tiny:2" }, { model = "tiny:3", prompt = [1, 2, 3, 1, 2] }, {}]'
+    path = _write(tmp_path, VARIANTS.format(variants=three))
+    campaign = load_campaign(path)
+    assert [c["id"] for c in campaign.configs] == ["PAR-V1", "PAR-V2", "PAR-V3"] and campaign.m == 3
+    assert [(c.get("model"), c.get("prompt"), c["variant_of"]) for c in campaign.configs] == [
+        ("tiny:2", None, "PAR"), ("tiny:3", [1, 2, 3, 1, 2], "PAR"), (None, None, "PAR")]
+    assert all("variants" not in c and c["defects"] == ["D1"] for c in campaign.configs)
+    report = run_campaign(campaign, tmp_path / "out", workers=2, **QUIET)
+    assert [(c["id"], c["decision"]) for c in report["configs"]] == [(f"PAR-V{i}", "FAILS") for i in (1, 2, 3)]
+    assert report["configs"][1]["variant"] == {"of": "PAR", "model": "tiny:3", "prompt": [1, 2, 3, 1, 2]}
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "- held-out variant of PAR: model 'tiny:3', prompt [1, 2, 3, 1, 2]" in md
+    laws = {c["id"]: json.loads((tmp_path / "out" / "laws" / f"{c['id']}.json").read_text())["reference"]
+            for c in campaign.configs}
+    assert laws["PAR-V1"] != laws["PAR-V2"] != laws["PAR-V3"]  # held-out: other models, other prompts
+    # a variant that retunes anything else, or an empty list, is refused before anything is sealed
+    for bad, said in (('[{ model = "tiny:2", max_new_tokens = 3 }]', r"variants\[0\]\.max_new_tokens.*only model"),
+                      ("[]", "non-empty array"), ('[{ model = "tiny:x" }]', "variant PAR-V1: .*model")):
+        with pytest.raises(CampaignError, match=said):
+            load_campaign(_write(tmp_path, VARIANTS.format(variants=bad), "bad.toml"))

@@ -59,6 +59,28 @@ def test_trace_replay_finds_each_planted_defect_and_holds_without_it(tmp_path, k
         assert proc.returncode == code, proc.stdout + proc.stderr
 
 
+def test_a_request_that_crashed_is_never_reported_held(tmp_path):
+    # A crash ends a request before the calls sequential decoding would have made: its contract was not
+    # checked in full, so a trace whose requests crashed is unchecked (exit 3), never held (exit 0).
+    from badc_trace.format import TraceWriter, read_trace
+
+    ENGINE.collect(cfg(processors=MIN_TOKENS), "on", 20, 1, trace_path=str(tmp_path / "good.badc"))
+    r = read_trace(str(tmp_path / "good.badc"))
+    with TraceWriter(str(tmp_path / "crashed.badc"), engine="toy", build=r.header["build"],
+                     config=r.header["config"]) as w:
+        for rec in r:
+            if rec.get("req") == 3 and rec["type"] == "return":
+                w.write({"type": "crash", "req": 3, "where": "caller", "exc": "RuntimeError", "message": "boom"})
+                rec = {**rec, "tokens": [], "finish_reason": "crash", "outcome": "|crash:RuntimeError"}
+            w.write(rec)
+    res = replay_trace(str(tmp_path / "crashed.badc"))
+    assert res.status == "unchecked" and res.violations == 0
+    assert [(why, n) for why, n in res.partial.items() if "crashed" in why] == [(next(iter(res.partial)), 1)]
+    proc = subprocess.run([sys.executable, "-m", "badc_check.cli", "replay", str(tmp_path / "crashed.badc")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 3 and "crashed" in proc.stderr, proc.stdout + proc.stderr
+
+
 def test_returned_logprobs_are_checked_against_the_model_d4(tmp_path):
     bad = ENGINE.collect(cfg(logprobs=True, defects=["D4"]), "on", 500, 2, trace_path=str(tmp_path / "a.badc"))
     good = ENGINE.collect(cfg(logprobs=True), "on", 500, 2, trace_path=str(tmp_path / "b.badc"))

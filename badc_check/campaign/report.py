@@ -56,6 +56,10 @@ def report_markdown(report: dict[str, Any]) -> str:
             lines.append(f"- tested on {c['engine']} {c['build']} with {', '.join(c['applied'])} applied to both "
                          "arms (and to the repaired arm): the decision is about the build past "
                          + ("that known defect" if len(c["applied"]) == 1 else "those known defects"))
+        if c.get("variant"):
+            v = c["variant"]
+            lines.append(f"- held-out variant of {v['of']}: " + ", ".join(f"{k} {v[k]!r}" for k in ("model", "prompt")
+                                                                         if k in v) + " (nothing else retuned)")
         lines += [f"- {r}" for r in c.get("reasons", [])]
         if c.get("repair"):
             lines += [f"- repair {c['repair']['id']}: {r}" for r in c["repair"].get("reasons", [])]

@@ -218,7 +218,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             object.__setattr__(d, "repair", not_attempted(config["repair"], selection.not_attempted[cid]))
         resumed += folder.resumed
         decided[cid] = (folder.laws, folder.arms)
-        results[cid] = {**d.to_dict(), "applied": config.get("applied", []),
+        results[cid] = {**d.to_dict(), "applied": config.get("applied", []), **_variant(config),
                         "simulator_check": folder.laws.get("simulator_check"),
                         "simulator_metric": folder.laws.get("simulator_metric"),
                         "records_detail": {arm: folder.arms[arm].records for arm in ("on", "off")},
@@ -244,3 +244,10 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
 
         plot_campaign(out, report, decided)
     return report
+
+
+def _variant(config: dict[str, Any]) -> dict[str, Any]:
+    """For a config expanded from `variants`: which config it came from, and its model and prompt."""
+    if not config.get("variant_of"):
+        return {}
+    return {"variant": {"of": config["variant_of"], **{k: config[k] for k in ("model", "prompt") if k in config}}}

@@ -66,6 +66,13 @@ class ConfigKeys:
     # frozen repairs that are part of the build under test: applied to every arm alike (off, on, repaired,
     # confirmation), so a family is decided past a known defect; the repaired arm adds `repair` on top
     applied: list[str] = dataclasses.field(default_factory=list)
+    # held-out transfer: the config stands for one config per variant (each a table of VARIANT_KEYS only,
+    # so nothing else is retuned), expanded before the seal; `variant_of` names the config they came from
+    variants: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    variant_of: str | None = None
+
+
+VARIANT_KEYS = ("model", "prompt")  # what a variant may change: the model (its seed) and the prompt
 
 
 @dataclass
@@ -160,6 +167,26 @@ def _check_config(config: dict[str, Any], from_defaults: set[str]) -> list[str]:
     return [mark(p) for p in problems]
 
 
+def _variants(config: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """A config with `variants` as its variants (ids `ID-V1`, `ID-V2`, ...: each the config with one variant's
+    model and prompt, `variant_of` naming the config), else the config itself; and the problems of the key."""
+    variants = config.get("variants")
+    if variants is None:
+        return [config], []
+    if "variant_of" in config:
+        return [config], ["key 'variant_of': set by badc when it expands `variants`, never in a file"]
+    if not isinstance(variants, list) or not variants or not all(isinstance(v, dict) for v in variants):
+        return [config], ["key 'variants': a non-empty array of tables, each with some of the keys "
+                          f"{', '.join(VARIANT_KEYS)} (got {variants!r})"]
+    problems = [f"key 'variants[{i}].{k}': a variant changes only {', '.join(VARIANT_KEYS)}, nothing else is "
+                f"retuned ({nearest(k, list(VARIANT_KEYS))})"
+                for i, v in enumerate(variants) for k in v if k not in VARIANT_KEYS]
+    base = {k: v for k, v in config.items() if k != "variants"}
+    out = [{**base, **v, "id": f"{config.get('id')}-V{i + 1}", "variant_of": config.get("id")}
+           for i, v in enumerate(variants)]
+    return out, problems
+
+
 def _configs_of(path: str, doc: dict[str, Any], seen: tuple[str, ...]) -> list[dict[str, Any]]:
     """The file's [[config]] tables with its [defaults] merged in, then those of the files it includes
     (`[campaign] include`, paths relative to the file; each brings its own [defaults]). Every config is
@@ -179,8 +206,12 @@ def _configs_of(path: str, doc: dict[str, Any], seen: tuple[str, ...]) -> list[d
         merged = {**defaults, **c}
         cid = merged.get("id")
         where = f"{path}: config {cid}" if isinstance(cid, str) and cid else f"{path}: config[{i}]"
-        problems += [f"{where}: {p}" for p in _check_config(merged, set(defaults) - set(c))]
-        configs.append(merged)
+        expanded, bad = _variants(merged)
+        problems += [f"{where}: {p}" for p in bad]
+        for one in expanded if not bad else ():
+            at = f"{where}, variant {one['id']}" if "variant_of" in one else where
+            problems += [f"{at}: {p}" for p in _check_config(one, set(defaults) - set(c))]
+        configs += expanded
     if problems:
         raise CampaignError("\n".join(problems))
     for rel in include:

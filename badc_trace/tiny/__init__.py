@@ -34,15 +34,30 @@ def default_seed(engine: str) -> int:
 
 
 def parse_model_spec(engine: str, spec: str) -> int | None:
-    """The seed of a tiny-model spec ("tiny" or "tiny:SEED"), or None for a model path."""
+    """The seed of a tiny-model spec ("tiny", "tiny:SEED" or, where the engine's module has more than one
+    vocabulary, "tiny:SEED:vN"), or None for a model path."""
     if spec == "tiny":
         return default_seed(engine)
     if spec.startswith("tiny:"):
-        tail = spec[5:]
-        if not tail.isdigit() or int(tail) >= 2**32:
+        seed, _, vocab = spec[5:].partition(":")
+        if not seed.isdigit() or int(seed) >= 2**32:
             raise ModelSpecError(f"model {spec!r}: the seed after 'tiny:' must be an integer in [0, 2**32)")
-        return int(tail)
+        if vocab:
+            vocab_size(engine, spec)  # a clear error for a vocabulary the engine's tiny model has not
+        return int(seed)
     return None
+
+
+def vocab_size(engine: str, spec: str) -> int | None:
+    """The vocabulary size a tiny-model spec asks for ("tiny:SEED:vN"), None for the engine's default."""
+    tail = spec[5:].partition(":")[2] if spec.startswith("tiny:") else ""
+    if not tail:
+        return None
+    sizes = getattr(tiny_module(engine), "VOCAB_SIZES", ())
+    if not (tail.startswith("v") and tail[1:].isdigit() and int(tail[1:]) in sizes):
+        offered = ", ".join(f"v{n}" for n in sizes) if sizes else "none: only 'tiny:SEED'"
+        raise ModelSpecError(f"model {spec!r}: {engine}'s tiny model has no vocabulary {tail!r} (sizes: {offered})")
+    return int(tail[1:])
 
 
 def cache_dir() -> Path:

@@ -553,7 +553,36 @@ def test_top_k_with_speculation_crashes_the_engine_and_the_harness_stops_instead
         assert "out of bounds" in h.dead
         with pytest.raises(EngineDead, match="cannot serve more requests"):
             h.draw([100])
+        # the hang itself, on the engine (findings/vllm-0.32.0/upstream, report 3): the next generate() of a
+        # plain request has not returned 20 s later; this fails once upstream aborts the failed requests or
+        # marks the engine dead
+        import os
+        import threading
+        from vllm import SamplingParams
+        done = threading.Event()
+        threading.Thread(target=lambda: (h.llm.generate(["abcd"], SamplingParams(max_tokens=2, seed=0),
+                                                        use_tqdm=False), done.set()), daemon=True).start()
+        returned = done.wait(20)
+        print("returned" if returned else "hung", flush=True)
+        os._exit(3 if returned else 0)  # the engine thread never ends
     """)
+
+
+def test_a_held_out_v8_variant_builds_calibrates_and_holds_past_the_known_defect(tmp_path):
+    # RQ4's held-out models (campaigns/vllm-rq4.toml): the V = 8 tiny Qwen2 of another seed, a prompt of the
+    # same kind, L = 3; its kernel enumerates outputs over ids 0-7 (</s> = 7), the off arm calibrates, and
+    # the on arm past cpu-expand holds its contract with allowed_token_ids exposed.
+    config = {**BASE, "id": "RQ4-ALLOWED-V2", "model": "tiny:3:v8", "prompt": "bcefbcefbc", "max_new_tokens": 3,
+              "sampling": {"temperature": 1.0, "allowed_token_ids": [0, 1, 2, 7]}, "applied": ["vllm/cpu-expand"]}
+    ref = job(config, tmp_path)["reference"]
+    assert {t for y in ref for t in parse_outcome(y).tokens} == {0, 1, 2, 7} and abs(sum(ref.values()) - 1) < 1e-9
+    off = job(config, tmp_path, "off", 2000, 3)
+    on = job(config, tmp_path, "on", 2000, 3)
+    assert on["contract"]["status"] == "held" and on["contract"]["exposure"]["allowed_token_ids"] > 0
+    d = decide(Config("RQ4-ALLOWED-V2", Arm(on["outcomes"], 0, on["proposed"]), Arm(off["outcomes"]), reference=ref))
+    assert d.calibration.passed and d.decision == NOT_REJECTED
+    with pytest.raises(ValueError, match=r"no vocabulary 'v9' \(sizes: v16, v8\)"):
+        cfg(model="tiny:3:v9")
 
 
 def test_config_errors_name_the_field():

@@ -51,8 +51,14 @@ class VllmConfig:
     seeded: bool = True
 
     def __post_init__(self) -> None:
+        from badc_trace.tiny import ModelSpecError, parse_model_spec
+
         if "seed" in self.sampling or "max_tokens" in self.sampling:
             raise ValueError("sampling must not set seed (each draw has its own) or max_tokens (use max_new_tokens)")
+        try:
+            parse_model_spec("vllm", self.model)
+        except ModelSpecError as e:
+            raise ValueError(f"key 'model': {e}") from None
 
     @property
     def min_tokens(self) -> int:
@@ -85,11 +91,11 @@ class VllmConfig:
     def decoder(self) -> Callable[[Sequence[int]], str]:
         """Offline: output ids -> the text vLLM's detokenizer gives them (special tokens skipped), from the
         tiny model's vocabulary or the model folder's tokenizer.json (needs the `tokenizers` package)."""
-        from badc_trace.tiny import parse_model_spec
+        from badc_trace.tiny import parse_model_spec, vocab_size
         from badc_trace.tiny import vllm as tiny
 
         if parse_model_spec("vllm", self.model) is not None:
-            pieces = ["" if t.startswith("<") else t for t in tiny.VOCAB]
+            pieces = ["" if t.startswith("<") else t for t in tiny.vocabulary(vocab_size("vllm", self.model) or 16)]
             return lambda ids: "".join(pieces[i] for i in ids)
         try:
             from tokenizers import Tokenizer
@@ -148,11 +154,10 @@ class VllmConfig:
 
 
 def _eos(cfg: VllmConfig) -> int:
-    from badc_trace.tiny import parse_model_spec
-    from badc_trace.tiny import vllm as tiny
+    from badc_trace.tiny import parse_model_spec, vocab_size
 
     if parse_model_spec("vllm", cfg.model) is not None:
-        return tiny.EOS_ID
+        return (vocab_size("vllm", cfg.model) or 16) - 1  # the tiny vocabularies end with </s>
     import json
 
     return int(json.loads((Path(cfg.model) / "config.json").read_text())["eos_token_id"])

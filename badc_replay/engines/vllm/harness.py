@@ -12,14 +12,14 @@ from badc_trace.outcomes import format_outcome
 def load_llm(cfg: VllmConfig, speculative: bool, **kwargs: Any) -> Any:
     """An in-process `LLM` on the config's model (the embedded tiny model, or a model folder)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the probes need the runner in-process
-    from badc_trace.tiny import parse_model_spec
+    from badc_trace.tiny import parse_model_spec, vocab_size
     from badc_trace.tiny import vllm as tiny
 
     if speculative:
         kwargs["speculative_config"] = cfg.speculative_config()
     seed = parse_model_spec("vllm", cfg.model)
     if seed is not None:
-        return tiny.load(seed, **kwargs)
+        return tiny.load(seed, vocab_size("vllm", cfg.model) or 16, **kwargs)
     from vllm import LLM
 
     return LLM(model=cfg.model, dtype="float32", enforce_eager=True, **kwargs)
