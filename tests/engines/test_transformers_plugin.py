@@ -40,5 +40,9 @@ def test_plugin_marker_on_transformers(tmp_path):
         "test_engine.py": TESTS,
     })
     out = proc.stdout
+    if build == "5.12.0":  # its known defect (HF12-P2): plain sampling with prompt lookup passes its stop map too
+        assert proc.returncode == 1 and "2 failed" in out and "N (transformers 5.12.0): NOT_REJECTED, contract " \
+            "broken" in out and "D3" in out, out[-3000:]
+        return
     assert proc.returncode == 1 and "1 failed, 1 passed" in out, out[-3000:]
     assert "test_synthid_fails" in out and "FAILS" in out and "SynthIDTextWatermarkLogitsProcessor" in out

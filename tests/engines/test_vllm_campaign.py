@@ -176,13 +176,15 @@ def test_probes_uninstrument_restores_everything_and_check_versions(tmp_path):
         from vllm.v1.sample import rejection_sampler as rs
         from vllm.v1.sample.sampler import Sampler
         from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+        from vllm.v1.worker import gpu_model_runner
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
         def snapshot():
             return (LLM.__dict__["generate"], GPUModelRunner.__dict__["_sample"],
                     Sampler.__dict__["apply_logits_processors"],
                     rs.RejectionSampler.__dict__["apply_logits_processors"],
-                    NgramProposer.__dict__["propose"], rs.apply_sampling_constraints)
+                    NgramProposer.__dict__["propose"], rs.apply_sampling_constraints,
+                    gpu_model_runner.apply_grammar_bitmask)
 
         before = snapshot()
         probe = VllmInstrumentor()
@@ -194,7 +196,7 @@ def test_probes_uninstrument_restores_everything_and_check_versions(tmp_path):
         assert res.counters["proposed"] == res.proposed > 0 and res.counters["drafter_calls"] > 0
         probe.instrument()
         patched = list(probe._patched)
-        assert len(patched) == 6 and all(isinstance(f, wrapt.FunctionWrapper) for f in snapshot())
+        assert len(patched) == 7 and all(isinstance(f, wrapt.FunctionWrapper) for f in snapshot())
         probe.instrument()
         assert probe._patched == patched
         probe.uninstrument()
