@@ -49,11 +49,12 @@ def parse_model_spec(engine: str, spec: str) -> int | None:
 
 
 def vocab_size(engine: str, spec: str) -> int | None:
-    """The vocabulary size a tiny-model spec asks for ("tiny:SEED:vN"), None for the engine's default."""
+    """The vocabulary size of a tiny-model spec ("tiny:SEED:vN"; else the first of the engine module's
+    VOCAB_SIZES), None for an engine whose tiny model has one vocabulary."""
+    sizes = getattr(tiny_module(engine), "VOCAB_SIZES", ())
     tail = spec[5:].partition(":")[2] if spec.startswith("tiny:") else ""
     if not tail:
-        return None
-    sizes = getattr(tiny_module(engine), "VOCAB_SIZES", ())
+        return sizes[0] if sizes else None
     if not (tail.startswith("v") and tail[1:].isdigit() and int(tail[1:]) in sizes):
         offered = ", ".join(f"v{n}" for n in sizes) if sizes else "none: only 'tiny:SEED'"
         raise ModelSpecError(f"model {spec!r}: {engine}'s tiny model has no vocabulary {tail!r} (sizes: {offered})")

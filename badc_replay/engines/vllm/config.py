@@ -95,7 +95,7 @@ class VllmConfig:
         from badc_trace.tiny import vllm as tiny
 
         if parse_model_spec("vllm", self.model) is not None:
-            pieces = ["" if t.startswith("<") else t for t in tiny.vocabulary(vocab_size("vllm", self.model) or 16)]
+            pieces = ["" if t.startswith("<") else t for t in tiny.vocabulary(vocab_size("vllm", self.model))]
             return lambda ids: "".join(pieces[i] for i in ids)
         try:
             from tokenizers import Tokenizer
@@ -157,7 +157,7 @@ def _eos(cfg: VllmConfig) -> int:
     from badc_trace.tiny import parse_model_spec, vocab_size
 
     if parse_model_spec("vllm", cfg.model) is not None:
-        return (vocab_size("vllm", cfg.model) or 16) - 1  # the tiny vocabularies end with </s>
+        return vocab_size("vllm", cfg.model) - 1  # the tiny vocabularies end with </s>
     import json
 
     return int(json.loads((Path(cfg.model) / "config.json").read_text())["eos_token_id"])

@@ -243,13 +243,10 @@ def _check_stop_strings(req: dict[str, Any], records: list[dict[str, Any]]) -> l
     return found
 
 
-def _row_masks(rec: dict[str, Any]) -> Callable[[int, list[int]], dict[str, list[int]]]:
+def _row_seen(rec: dict[str, Any], j: int, masked: list[int]) -> dict[str, list[int]]:
     """What row j of a step record saw: the processors' masks, and the grammar's where recorded."""
-    grammar = rec.get("grammar_masked")
-
-    def seen(j: int, masked: list[int]) -> dict[str, list[int]]:
-        return {"masked": sorted(masked), **({"grammar masked": sorted(grammar[j])} if grammar else {})}
-    return seen
+    by_grammar = rec.get("grammar_masked")
+    return {"masked": sorted(masked), **({"grammar masked": sorted(by_grammar[j])} if by_grammar else {})}
 
 
 def logical_calls(records: list[dict[str, Any]]) -> list[LogicalCall]:
@@ -265,12 +262,12 @@ def logical_calls(records: list[dict[str, Any]]) -> list[LogicalCall]:
         out = outs.setdefault(str(rec.get("engine_req")), [])
         drafts, produced = list(rec["drafts"]), rec["produced"]
         accepted = len(produced) - 1 if drafts else 0
-        seen = _row_masks(rec)
         for j in range(min(len(drafts), accepted + 1)):
             calls.append(LogicalCall("row", f"draft row {j} (RejectionSampler.apply_logits_processors)",
-                                     tuple(prompt + out + drafts[:j]), seen(j, rec["verify_masked"][j]), idx))
+                                     tuple(prompt + out + drafts[:j]), _row_seen(rec, j, rec["verify_masked"][j]), idx))
         if accepted == len(drafts):
             calls.append(LogicalCall("row", f"{rec['role']} row (Sampler.apply_logits_processors)",
-                                     tuple(prompt + out + drafts), seen(len(drafts), rec["final_masked"]), idx))
+                                     tuple(prompt + out + drafts), _row_seen(rec, len(drafts), rec["final_masked"]),
+                                     idx))
         out.extend(produced)
     return calls

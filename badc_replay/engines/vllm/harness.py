@@ -19,7 +19,7 @@ def load_llm(cfg: VllmConfig, speculative: bool, **kwargs: Any) -> Any:
         kwargs["speculative_config"] = cfg.speculative_config()
     seed = parse_model_spec("vllm", cfg.model)
     if seed is not None:
-        return tiny.load(seed, vocab_size("vllm", cfg.model) or 16, **kwargs)
+        return tiny.load(seed, vocab_size("vllm", cfg.model), **kwargs)
     from vllm import LLM
 
     return LLM(model=cfg.model, dtype="float32", enforce_eager=True, **kwargs)
