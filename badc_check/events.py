@@ -25,6 +25,14 @@ import numpy as np
 from badc_trace.outcomes import Outcome, parse_outcome
 
 Law = Mapping[str, float]
+# How a model without an exact law gets its family (sealed with the campaign, applied to the pilot's
+# outcomes before any decision draw): singletons and prefixes that are frequent in the pilot, every length
+# and termination code it returned.
+PILOT_SHARE = 0.01  # an outcome or prefix is frequent at this share of the pilot
+PILOT_SINGLETONS = 64  # at most this many singletons (the most frequent), so B stays small
+PILOT_RULE = (f"singletons: crash-free outcomes of pilot share >= {PILOT_SHARE} (the {PILOT_SINGLETONS} most "
+              f"frequent); prefixes of length 1 and 2 of share >= {PILOT_SHARE}; every length up to the longest "
+              "and every termination code of the pilot")
 Violates = Callable[[str], bool]  # does a returned outcome violate some registered predicate?
 
 
@@ -109,6 +117,25 @@ class EventFamily:
         hsets = {hid: frozenset(y for y, p in law.items() if p > ref.get(y, 0.0))
                  for hid, law in hypotheses.items()}
         return cls(supports, prefixes, range(max_len + 1), codes, hsets, source, violates)
+
+    @classmethod
+    def from_pilot(cls, pilot: Mapping[str, int], violates: Violates | None = None) -> EventFamily:
+        """The family of a config without P, frozen from its sealed pilot's outcome counts (PILOT_RULE).
+        Every event is still a set of returned outputs, fixed before the decision draws."""
+        n = sum(pilot.values())
+        ok = {y: k for y, k in pilot.items() if k and not parse_outcome(y).crash}
+        least = max(1.0, PILOT_SHARE * n)
+        frequent = sorted((y for y, k in ok.items() if k >= least), key=lambda y: (-ok[y], _outcome_order(y)))
+        prefix_counts: dict[tuple[int, ...], int] = {}
+        for y, k in ok.items():
+            toks = parse_outcome(y).tokens
+            for j in (1, 2):
+                if len(toks) >= j:
+                    prefix_counts[toks[:j]] = prefix_counts.get(toks[:j], 0) + k
+        outs = [parse_outcome(y) for y in ok]
+        return cls(frequent[:PILOT_SINGLETONS], [p for p, k in prefix_counts.items() if k >= least],
+                   range(max((len(o.tokens) for o in outs), default=0) + 1), {o.code for o in outs},
+                   source="pilot", violates=violates)
 
     # -- membership --------------------------------------------------------------------------
     def _members(self, y: str, o: Outcome) -> list[int]:

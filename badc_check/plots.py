@@ -13,7 +13,7 @@ from badc_check.bounds import cp_lower, cp_upper
 TOP = 20
 
 
-def plot_config(path: Path, title: str, events: list[str], p_ref: np.ndarray, on: np.ndarray, n_on: int,
+def plot_config(path: Path, title: str, events: list[str], p_ref: np.ndarray | None, on: np.ndarray, n_on: int,
                 off: np.ndarray, n_off: int, tail: float) -> None:
     import matplotlib
 
@@ -26,7 +26,8 @@ def plot_config(path: Path, title: str, events: list[str], p_ref: np.ndarray, on
         est = k / n
         lo, hi = cp_lower(k, n, tail), cp_upper(k, n, tail)
         ax.errorbar(x + dx, est, yerr=[est - lo, hi - est], fmt="o", color=color, capsize=3, label=f"{arm} (n={n:,})")
-    ax.scatter(x, p_ref, marker="_", s=300, color="black", label="P (kernel oracle)", zorder=3)
+    if p_ref is not None:  # a model without an exact law has no P
+        ax.scatter(x, p_ref, marker="_", s=300, color="black", label="P (kernel oracle)", zorder=3)
     ax.set_xticks(x, events, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("probability")
     ax.set_title(title, fontsize=9)
@@ -52,8 +53,11 @@ def plot_campaign(out: Path, report: dict[str, Any],
         on, off = arms["on"], arms["off"]
         hyp = laws.get("hypothesis")
         predicates = {name: frozenset(ys) for name, ys in laws.get("predicates", {}).items()}
-        fam = EventFamily.build(laws["reference"], {hyp["id"]: hyp["law"]} if hyp else {}, None,
-                                violates_any(predicates))
+        if laws["reference"] is None:
+            fam = EventFamily.from_pilot(laws["pilot"]["outcomes"], violates_any(predicates))
+        else:
+            fam = EventFamily.build(laws["reference"], {hyp["id"]: hyp["law"]} if hyp else {}, None,
+                                    violates_any(predicates))
         k_on, k_off = fam.counts(on.outcomes), fam.counts(off.outcomes)
         n_on, n_off = on.draws, off.draws
         base = len(fam.base)  # complements mirror the base events; plot the base ones
@@ -61,7 +65,8 @@ def plot_campaign(out: Path, report: dict[str, Any],
         idx = np.argsort(-gap)[:TOP]
         path = out / "plots" / f"{c['id']}.png"
         plot_config(path, f"{c['id']} ({c['engine']} {c['build']}): {c['decision']}, D = {c['D']:.4f}",
-                    [fam.events[i].id for i in idx], fam.probabilities(laws["reference"])[idx], k_on[idx], n_on,
+                    [fam.events[i].id for i in idx],
+                    None if laws["reference"] is None else fam.probabilities(laws["reference"])[idx], k_on[idx], n_on,
                     k_off[idx], n_off, c["tail"])
         written.append(path)
     return written

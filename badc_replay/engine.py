@@ -228,6 +228,13 @@ class Engine(ABC):
 
     # -- laws (live) ------------------------------------------------------------------------------
 
+    def enumerable(self, cfg: Any) -> bool:
+        """Whether P can be enumerated: the config's model is an embedded tiny one. Any other model (a named
+        checkpoint, a path) is decided on an event family frozen from a sealed pilot, without P."""
+        from badc_trace.checkpoints import enumerable
+
+        return enumerable(getattr(cfg, "model", "tiny"))
+
     @abstractmethod
     def reference_law(self, cfg: Any) -> ExactLaw:
         """P: the exact law of returned outputs of sequential decoding (the kernel adapter, A1-A4)."""

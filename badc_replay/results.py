@@ -24,19 +24,30 @@ class Hypothesis(TypedDict):
     law: dict[str, float]
 
 
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+class Pilot(TypedDict):
+    """The sealed pilot of a config without an exact law: speculation-off draws on seeds of their own."""
+
+    draws: int
+    arm: str
+    outcomes: dict[str, int]
+
+
 @strict
 class LawsResult:
-    """`laws/ID.json`: P, the registered hypothesis's law and the simulator check of one config."""
+    """`laws/ID.json`: P, the registered hypothesis's law and the simulator check of one config; for a
+    model that cannot be enumerated, no P (`reference` None) and the pilot the event family is frozen from."""
 
     id: str
     build: str
-    reference: dict[str, float]
+    reference: dict[str, float] | None
     paths: int
     elapsed_s: float
     support: int
     hypothesis: Hypothesis | None = None
     simulator_check: float | None = None
     simulator_metric: str | None = None
+    pilot: Pilot | None = None
 
 
 @strict
@@ -61,7 +72,7 @@ class ShardResult:
 def to_json(result: LawsResult | ShardResult) -> dict[str, Any]:
     d = asdict(result)
     if isinstance(result, LawsResult):  # optional parts are left out, as before, when there is no hypothesis
-        d = {k: v for k, v in d.items() if v is not None}
+        d = {k: v for k, v in d.items() if v is not None or k == "reference"}
     return d
 
 

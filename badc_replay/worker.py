@@ -1,8 +1,10 @@
 """Campaign worker: runs under an engine build's interpreter and does one job of a campaign.
 
-    python -m badc_replay.worker CONFIG.json --laws --out DIR
+    python -m badc_replay.worker CONFIG.json --laws --out DIR [--seed SEED --count N]
         exact laws of one configuration: P, the registered hypothesis law, the simulator check
-        -> DIR/laws/ID.json
+        -> DIR/laws/ID.json; for a model that cannot be enumerated (a checkpoint, a path), the sealed
+        pilot instead: N speculation-off draws on their own seeds (arm `off-pilot`), from whose outcomes
+        the campaign freezes the event family before any decision draw
     python -m badc_replay.worker CONFIGS.json --validate
         engine-native keywords of a list of configs, judged by the installed engine (before a campaign
         is sealed) -> stdout: JSON {config id: [problem, ...]}
@@ -31,10 +33,11 @@ from typing import Any
 
 from badc_replay.engine import ConfigError, Engine
 from badc_replay.registry import UnknownEngineError, get_engine
-from badc_replay.results import Hypothesis, LawsResult, ShardResult, to_json
+from badc_replay.results import Hypothesis, LawsResult, Pilot, ShardResult, to_json
 from badc_trace.instrument import LEVELS
 
 ARMS = ("off", "on", "repaired", "off-confirm", "on-confirm")
+PILOT_ARM = "off-pilot"  # speculation off, seeds of their own: never a draw of a decision arm
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -59,17 +62,39 @@ def validate(configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         engine = engine_of(config)
         try:
             cfg = engine.parse_config(config)
-            problems = engine.check_native(cfg)
+            problems = model_problems(cfg) + engine.check_native(cfg)
             out[config["id"]] = {"problems": problems, "refused": None if problems else engine.refusal(cfg)}
         except ConfigError as e:
             out[config["id"]] = {"problems": e.problems, "refused": None}
     return out
 
 
-def laws(config: dict[str, Any], out: Path) -> dict[str, Any]:
+def model_problems(cfg: Any) -> list[str]:
+    """A checkpoint whose package is missing from this build's environment, or a path that is not there."""
+    from badc_trace.checkpoints import ModelSpecError, enumerable, resolve_model
+
+    spec = getattr(cfg, "model", "tiny")
+    try:
+        if not enumerable(spec):
+            resolve_model(spec)
+    except ModelSpecError as e:
+        return [f"key 'model': {e}"]
+    return []
+
+
+def laws(config: dict[str, Any], out: Path, *, seed: int = 0, pilot: int = 0, progress: Any = None) -> dict[str, Any]:
     engine = engine_of(config)
     cfg = engine.parse_config(config)
     t = time.monotonic()
+    if not engine.enumerable(cfg):
+        if pilot <= 0:
+            raise ValueError(f"config {cfg.id}: model {cfg.model!r} has no exact law; its pilot needs --count > 0")
+        res = engine.collect(cfg, PILOT_ARM, pilot, seed, level="counts", progress=progress)
+        laws = LawsResult(id=cfg.id, build=engine.version(), reference=None, paths=0,
+                          elapsed_s=round(time.monotonic() - t, 2), support=len(res.outcomes),
+                          pilot=Pilot(draws=pilot, arm=PILOT_ARM, outcomes=res.outcomes))
+        write_json(out / "laws" / f"{cfg.id}.json", to_json(laws))
+        return to_json(laws)
     ref = engine.reference_law(cfg)
     hyp = hypothesis = check = None
     if config.get("hypothesis"):
@@ -124,16 +149,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.validate:
             print(json.dumps(validate(config)))
-        elif args.laws:
-            laws(config, out)
         else:
-            if args.arm is None or args.count <= 0:
-                ap.error("give --laws, or --arm with --count > 0")
+            arm = PILOT_ARM if args.laws else args.arm
 
             def progress(done: int, resumed: bool = False) -> None:
                 word = "resumed" if resumed else "progress"
-                print(f"{word} {args.arm} {done}/{args.count}", file=sys.stderr, flush=True)
+                print(f"{word} {arm} {done}/{args.count}", file=sys.stderr, flush=True)
 
+            if args.laws:
+                laws(config, out, seed=args.seed, pilot=args.count, progress=progress)
+                return 0
+            if args.arm is None or args.count <= 0:
+                ap.error("give --laws, or --arm with --count > 0")
             shard(config, args.arm, args.start, args.count, args.seed, out, level=args.level, repair=args.repair,
                   progress=progress, seal=args.seal)
     except NotImplementedError as e:

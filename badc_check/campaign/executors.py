@@ -36,9 +36,9 @@ def _watch(proc: subprocess.Popen, last: list[float], limit: float, stalled: thr
 
 
 def _run_local(job: Job, cmd: list[str], progress: Progress, log: Callable[[str], None]) -> int:
-    if job.kind == "shard":
+    if job.count:  # a shard, or a pilot: they draw, report progress, and can hang
         progress.begin(job.cid, job.arm)
-    limit = stall_limit() if job.kind == "shard" else 0.0
+    limit = stall_limit() if job.count else 0.0
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     tail: list[str] = []
     last, stalled = [time.monotonic()], threading.Event()
@@ -74,7 +74,7 @@ def _run_inline(job: Job, out: Path, seed: int, seal: str) -> int:
     from badc_replay import worker
 
     if job.kind == "laws":
-        worker.laws(job.config, out)
+        worker.laws(job.config, out, seed=seed, pilot=job.count)
     else:
         worker.shard(job.config, job.arm, job.start, job.count, seed, out, level=job.level, repair=job.repair,
                      seal=seal)
@@ -113,7 +113,7 @@ class Executor:
             import ray
 
             for job, _ in jobs:
-                if job.kind == "shard":
+                if job.count:
                     self.progress.begin(job.cid, job.arm)
             refs = [self._remote.remote(cmd) for _, cmd in jobs]
             codes = []
@@ -133,7 +133,7 @@ class Executor:
             return list(pool.map(one, jobs))
 
     def _finished(self, job: Job, code: int, out: Path | None) -> None:
-        if job.kind == "shard" and code == 0:
+        if job.count and code == 0:
             self.progress.update(job.cid, job.arm, job.start, job.count, final=True)
             if out is not None:
                 self.progress.timed(job.output(out))

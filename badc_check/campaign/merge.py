@@ -79,7 +79,7 @@ def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, 
         off=Arm(off.outcomes, off.violations), reference=laws["reference"], predicates=predicates,
         hypothesis=(hyp["id"], hyp["law"]) if hyp else None,
         records_status="complete" if rec_on and rec_off else "not_returned", records_on=rec_on, records_off=rec_off,
-        contract={**on.contract, "off": off.contract})
+        contract={**on.contract, "off": off.contract}, pilot=(laws.get("pilot") or {}).get("outcomes"))
     d = decide(cfg, alpha=campaign.alpha, m=m, threshold=campaign.threshold,
                spend=1.0 if look is None else look.spend)
     if look is not None:
@@ -165,7 +165,7 @@ def _predicate_sets(config: dict[str, Any], laws: dict[str, Any],
     (predicates are pure functions of outcome strings; the engine module defines them)."""
     engine = get_engine(config["engine"])
     cfg = engine.parse_config(config)
-    known = set(laws["reference"]) | set(laws.get("hypothesis", {}).get("law", {}))
+    known = set(laws["reference"] or ()) | set(laws.get("hypothesis", {}).get("law", {}))
     for arm in arms.values():
         known |= set(arm.outcomes)
     return {name: sorted(y for y in known if engine.predicate(name, cfg)(y)) for name in config["predicates"]}

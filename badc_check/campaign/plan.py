@@ -15,7 +15,7 @@ from badc_replay.registry import get_engine
 @dataclass
 class Job:
     config: dict[str, Any]
-    kind: str  # laws | shard
+    kind: str  # laws (or the pilot, for a model without an exact law) | shard
     arm: str = ""
     start: int = 0
     count: int = 0
@@ -37,8 +37,9 @@ class Job:
 
     def command(self, python: str, cfg_path: Path, out: Path, seed: int, seal: str = "") -> list[str]:
         cmd = [python, "-m", "badc_replay.worker", str(cfg_path), "--out", str(out), "--seal", seal]
-        if self.kind == "laws":
-            return cmd + ["--laws"]
+        if self.kind == "laws":  # with a count: the sealed pilot of a model without an exact law
+            pilot = ["--seed", str(seed), "--count", str(self.count)] if self.count else []
+            return [*cmd, "--laws", *pilot]
         cmd += ["--arm", self.arm, "--start", str(self.start), "--count", str(self.count), "--seed", str(seed),
                 "--level", self.level]
         return cmd + (["--repair", self.repair] if self.repair else [])
@@ -56,9 +57,11 @@ def _arm_jobs(campaign: Campaign, config: dict[str, Any], name: str, draws: int,
 
 
 def discovery_jobs(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
-    """The laws, then the off and on arms (stages S1-S2)."""
+    """The laws (or the sealed pilot of a model without them), then the off and on arms (stages S1-S2)."""
     level = get_engine(config["engine"]).trace_level
-    return [Job(config, "laws"), *_arm_jobs(campaign, config, "off", campaign.draws, level, looks=campaign.anytime),
+    pilot = campaign.pilot if campaign.needs_pilot(config) else 0
+    return [Job(config, "laws", "off-pilot" if pilot else "", count=pilot),
+            *_arm_jobs(campaign, config, "off", campaign.draws, level, looks=campaign.anytime),
             *_arm_jobs(campaign, config, "on", campaign.draws, level, looks=campaign.anytime)]
 
 

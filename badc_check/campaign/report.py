@@ -46,9 +46,13 @@ def report_markdown(report: dict[str, Any]) -> str:
             f"{rep['id']}: {'confirmed' if rep['confirmed'] else 'not confirmed'} (recurrence {rep['recurrence']:.4f}, "
             f"gap UB {rep['gap_ub']:.4f}, witness UB {rep['witness_ub']:.1e})"))
         build = c["build"] + "".join(f" + {r}" for r in c.get("applied", []))
+        # a model without an exact law: neither can be checked, and the table never shows a pass for them
+        unchecked = c.get("family_source") == "pilot"
+        wit = "not checkable" if unchecked else c["witnesses"]
+        cal = "not checkable" if unchecked else f(c["calibration"]["passed"])
         lines.append(f"| {c['id']} | {c['engine']} | {build} | {c['role']} | **{c['decision']}** | "
                      f"{'yes' if c['eligible'] else 'no'} | {f(c.get('D'))} | "
-                     f"{c['witnesses']} | {f(c['exercise']['proposed'])} | {f(c['calibration']['passed'])} | "
+                     f"{wit} | {f(c['exercise']['proposed'])} | {cal} | "
                      f"{hyp_s} | {rep_s} | {contract_cell(c.get('contract'))} |")
     for c in report["configs"]:
         lines += ["", f"## {c['id']}: {c['decision']}", ""]

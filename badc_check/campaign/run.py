@@ -118,7 +118,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         decided (FAILS with eligible evidence, or VOID) runs no more of them."""
         for cid, js in jobs.items():  # so the progress and time left are this run's
             for j in js if cid in chosen else ():
-                if j.kind == "shard":
+                if j.count:  # shards, and the pilot of a model without an exact law
                     progress.totals[(cid, j.arm)] = progress.totals.get((cid, j.arm), 0) + j.count
                     if j.output(out).exists():
                         progress.done[(cid, j.arm)] = progress.done.get((cid, j.arm), 0) + j.count

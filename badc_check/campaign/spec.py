@@ -20,14 +20,17 @@ from typing import Annotated, Any, Literal
 import pydantic
 
 from badc_check.builds import load_builds
+from badc_check.events import PILOT_RULE
 from badc_check.looks import planned_looks
 from badc_replay.engine import ConfigError, nearest, strict, validation_problems
 from badc_replay.registry import UnknownEngineError, engine_names, get_engine
 from badc_replay.repairs import known_repairs
+from badc_trace.checkpoints import enumerable
 
 ROLES = ("probe", "negative-control", "positive-control")
 BUILTIN = Path(str(files("badc_check") / "campaigns" / "builtin.toml"))
 SHARD = 20_000  # draws per job
+PILOT = 2_000  # draws of a sealed pilot (models without an exact law)
 TOP_LEVEL = ("campaign", "defaults", "config")
 
 
@@ -49,6 +52,8 @@ class CampaignTable:
     m: Annotated[int, pydantic.Field(ge=1)] | None = None
     include: list[str] = dataclasses.field(default_factory=list)
     anytime: bool = False
+    # draws of the sealed pilot that freezes the event family of a config whose model has no exact law
+    pilot: Annotated[int, pydantic.Field(ge=100)] = PILOT
 
 
 @strict
@@ -88,6 +93,10 @@ class Campaign:
     shard: int = SHARD  # draws per job: changes how work is spread, never the draws or their seeds
     family_m: int | None = None  # the study's multiplicity family when it is larger than this roster
     anytime: bool = False  # stop a config at its first planned look with an eligible FAILS or VOID (looks.py)
+    pilot: int = PILOT  # draws of the sealed pilot of each config without an exact law (a checkpoint, a path)
+
+    def needs_pilot(self, config: dict[str, Any]) -> bool:
+        return not enumerable(str(config.get("model", "tiny")))
 
     @property
     def m(self) -> int:
@@ -103,6 +112,8 @@ class Campaign:
                     "confirm_draws": self.confirm_draws}
         if self.family_m is not None:  # only when set, so that earlier seals stay valid
             settings["m"] = self.family_m
+        if any(self.needs_pilot(c) for c in self.configs):  # only then, so that earlier seals stay valid
+            settings["pilot"] = {"draws": self.pilot, "arm": "off-pilot", "events": PILOT_RULE}
         if self.anytime:
             settings["anytime"] = {"looks": [look.to_dict() for look in planned_looks(self.draws)]}
         parts = {"configs": {c["id"]: h(c) for c in self.configs},
@@ -148,6 +159,12 @@ def _check_config(config: dict[str, Any], from_defaults: set[str]) -> list[str]:
     except ConfigError as e:
         problems += e.problems
     hypothesis, predicates = config.get("hypothesis"), config.get("predicates")
+    model = config.get("model", "tiny")
+    if isinstance(model, str) and not enumerable(model):
+        for key in ("hypothesis", "predicates"):
+            if config.get(key):
+                problems.append(f"key {key!r}: needs an exact law, which model {model!r} has not (only embedded "
+                                "tiny models, 'tiny' or 'tiny:SEED', are enumerable); leave it out")
     if isinstance(hypothesis, str) and hypothesis not in engine.hypotheses:
         problems.append(f"key 'hypothesis': {engine.name} has no hypothesis {hypothesis!r} "
                         f"({nearest(hypothesis, list(engine.hypotheses))})")
@@ -255,7 +272,7 @@ def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: 
                     draws=draws if draws is not None else table.draws, seed=table.seed,
                     confirm_draws=confirm_draws if confirm_draws is not None else table.confirm_draws,
                     configs=configs, shard=table.shard, family_m=table.m,
-                    anytime=anytime if anytime is not None else table.anytime)
+                    anytime=anytime if anytime is not None else table.anytime, pilot=table.pilot)
 
 
 def installed_only(campaign: Campaign, log: Callable[[str], None] | None = None) -> Campaign:

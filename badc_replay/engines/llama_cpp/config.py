@@ -58,6 +58,9 @@ class LlamaConfig:
     id: str
     model: str = "tiny"
     prompt: str | list[int] = "abcdabcdab"
+    # the prompt is a user message, rendered with the model's own chat template (GGUF metadata), as
+    # create_chat_completion does; the template's special tokens are parsed as such
+    chat: bool = False
     max_new_tokens: Annotated[int, pydantic.Field(ge=1)] = 4
     api: Literal["create_completion", "generate"] = "create_completion"
     drafter: LlamaDrafter = field(default_factory=lambda: {"method": "prompt_lookup", "num_pred_tokens": 3,
@@ -68,6 +71,9 @@ class LlamaConfig:
     grammar: str | None = None  # GBNF text
 
     def __post_init__(self) -> None:
+        from badc_trace.checkpoints import check_chat
+
+        check_chat(self.chat, self.model, self.prompt)
         for i, p in enumerate(self.processors):
             if p["name"] == "min_tokens" and "min_tokens" not in p:
                 raise ValueError(f"key 'processors.{i}.min_tokens' is required by the min_tokens processor")

@@ -11,7 +11,9 @@ from badc_trace.outcomes import format_outcome
 
 
 def load_llama(cfg: LlamaConfig, **kwargs: Any) -> Any:
-    """A Llama on the config's model: the embedded tiny model ("tiny", "tiny:SEED") or a GGUF path."""
+    """A Llama on the config's model: the embedded tiny model ("tiny", "tiny:SEED"), a named checkpoint
+    ("smollm2") or a GGUF path."""
+    from badc_trace.checkpoints import resolve_model
     from badc_trace.tiny import llama_cpp as tiny
     from badc_trace.tiny import parse_model_spec
 
@@ -20,7 +22,30 @@ def load_llama(cfg: LlamaConfig, **kwargs: Any) -> Any:
         return tiny.load(seed, **kwargs)
     from llama_cpp import Llama
 
-    return Llama(model_path=cfg.model, n_ctx=256, n_threads=1, n_threads_batch=1, verbose=False, **kwargs)
+    return Llama(model_path=resolve_model(cfg.model), n_ctx=256, n_threads=1, n_threads_batch=1, verbose=False,
+                 **kwargs)
+
+
+def prompt_ids(cfg: LlamaConfig, llm: Any) -> list[int]:
+    """The prompt's token ids: given as ids, or the text tokenized; with `chat`, the text as a user message
+    through the model's chat template (llama_chat_format's Jinja2ChatFormatter, as create_chat_completion)."""
+    if isinstance(cfg.prompt, list):
+        return list(cfg.prompt)
+    text = cfg.prompt
+    if cfg.chat:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ValueError(f"config {cfg.id}: key 'chat': model {cfg.model!r} has no tokenizer.chat_template")
+
+        def piece(token: int) -> str:
+            return llm.detokenize([token]).decode(errors="ignore")
+
+        render = Jinja2ChatFormatter(template=template, eos_token=piece(llm.token_eos()),
+                                     bos_token=piece(llm.token_bos()))
+        text = render(messages=[{"role": "user", "content": text}]).prompt
+    return llm.tokenize(text.encode(), add_bos=False, special=cfg.chat)
 
 
 class Harness:
@@ -37,8 +62,7 @@ class Harness:
         # logprobs need logits_all (create_completion refuses otherwise); a draft model forces it anyway.
         self.llm = load_llama(cfg, draft_model=draft, logits_all=cfg.sampling.get("logprobs") is not None)
         self.repair_target = self.llm  # what a frozen repair patches
-        self.prompt_tokens = (list(cfg.prompt) if isinstance(cfg.prompt, list)
-                              else self.llm.tokenize(cfg.prompt.encode(), add_bos=False, special=False))
+        self.prompt_tokens = prompt_ids(cfg, self.llm)
         self.yielded: list[int] = []
         self.generator_returned = False
         self.in_generate = False

@@ -45,6 +45,7 @@ class TransformersConfig:
     id: str
     model: str = "tiny"
     prompt: str | list[int] = "abcdabcdab"
+    chat: bool = False  # the prompt is a user message, through the tokenizer's chat template
     max_new_tokens: Annotated[int, pydantic.Field(ge=1)] = 3
     drafter: TransformersDrafter = field(default_factory=lambda: {"method": "prompt_lookup", "num_tokens": 3,
                                                                   "max_ngram_size": 2})
@@ -52,6 +53,9 @@ class TransformersConfig:
     processors: list[XgrammarProcessor] = field(default_factory=list)  # third-party logits processors
 
     def __post_init__(self) -> None:
+        from badc_trace.checkpoints import check_chat
+
+        check_chat(self.chat, self.model, self.prompt)
         reserved = {"max_new_tokens", "do_sample", "prompt_lookup_num_tokens", "assistant_model", "logits_processor"}
         if reserved & set(self.generation):
             raise ValueError(f"generation keywords {sorted(reserved & set(self.generation))} are set by badc "

