@@ -82,10 +82,18 @@ class Config:
     pilot: Mapping[str, int] | None = None  # no P (a model that cannot be enumerated): the sealed pilot's counts
 
     def family(self) -> EventFamily:
-        if self.reference is None and self.pilot is not None:
-            return EventFamily.from_pilot(self.pilot, violates_any(self.predicates))
-        hyps = {self.hypothesis[0]: self.hypothesis[1]} if self.hypothesis else {}
-        return EventFamily.build(self.reference, hyps, self.declared_support, violates_any(self.predicates))
+        return event_family(self.reference, self.hypothesis, self.predicates, self.pilot, self.declared_support)
+
+
+def event_family(reference: Mapping[str, float] | None, hypothesis: tuple[str, Mapping[str, float]] | None,
+                 predicates: Mapping[str, Predicate], pilot: Mapping[str, int] | None = None,
+                 declared: tuple[str, ...] | None = None) -> EventFamily:
+    """A config's event family: from P and its hypothesis law, or, for a model without P, frozen from the
+    sealed pilot's counts."""
+    if reference is None and pilot is not None:
+        return EventFamily.from_pilot(pilot, violates_any(predicates))
+    hyps = {hypothesis[0]: hypothesis[1]} if hypothesis else {}
+    return EventFamily.build(reference, hyps, declared, violates_any(predicates))
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,7 @@ def plot_campaign(out: Path, report: dict[str, Any],
                   decided: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> list[Path]:
     """One PNG per decided config under out/plots/, the events with the largest |on - off| first.
     `decided` maps a config id to its laws and merged arms, as the runner decided them."""
-    from badc_check.channels import violates_any
-    from badc_check.events import EventFamily
+    from badc_check.decide import event_family
 
     (out / "plots").mkdir(exist_ok=True)
     written = []
@@ -53,11 +52,8 @@ def plot_campaign(out: Path, report: dict[str, Any],
         on, off = arms["on"], arms["off"]
         hyp = laws.get("hypothesis")
         predicates = {name: frozenset(ys) for name, ys in laws.get("predicates", {}).items()}
-        if laws["reference"] is None:
-            fam = EventFamily.from_pilot(laws["pilot"]["outcomes"], violates_any(predicates))
-        else:
-            fam = EventFamily.build(laws["reference"], {hyp["id"]: hyp["law"]} if hyp else {}, None,
-                                    violates_any(predicates))
+        fam = event_family(laws["reference"], (hyp["id"], hyp["law"]) if hyp else None, predicates,
+                           (laws.get("pilot") or {}).get("outcomes"))
         k_on, k_off = fam.counts(on.outcomes), fam.counts(off.outcomes)
         n_on, n_off = on.draws, off.draws
         base = len(fam.base)  # complements mirror the base events; plot the base ones

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from badc_check.campaign.spec import Campaign
+from badc_check.campaign.spec import Campaign, needs_pilot
 from badc_check.looks import planned_looks
 from badc_replay.registry import get_engine
 
@@ -59,7 +59,7 @@ def _arm_jobs(campaign: Campaign, config: dict[str, Any], name: str, draws: int,
 def discovery_jobs(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
     """The laws (or the sealed pilot of a model without them), then the off and on arms (stages S1-S2)."""
     level = get_engine(config["engine"]).trace_level
-    pilot = campaign.pilot if campaign.needs_pilot(config) else 0
+    pilot = campaign.pilot if needs_pilot(config) else 0
     return [Job(config, "laws", "off-pilot" if pilot else "", count=pilot),
             *_arm_jobs(campaign, config, "off", campaign.draws, level, looks=campaign.anytime),
             *_arm_jobs(campaign, config, "on", campaign.draws, level, looks=campaign.anytime)]

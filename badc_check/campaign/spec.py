@@ -95,9 +95,6 @@ class Campaign:
     anytime: bool = False  # stop a config at its first planned look with an eligible FAILS or VOID (looks.py)
     pilot: int = PILOT  # draws of the sealed pilot of each config without an exact law (a checkpoint, a path)
 
-    def needs_pilot(self, config: dict[str, Any]) -> bool:
-        return not enumerable(str(config.get("model", "tiny")))
-
     @property
     def m(self) -> int:
         """Configurations in the multiplicity family: `[campaign] m`, or the roster (with its includes)."""
@@ -112,7 +109,7 @@ class Campaign:
                     "confirm_draws": self.confirm_draws}
         if self.family_m is not None:  # only when set, so that earlier seals stay valid
             settings["m"] = self.family_m
-        if any(self.needs_pilot(c) for c in self.configs):  # only then, so that earlier seals stay valid
+        if any(needs_pilot(c) for c in self.configs):  # only then, so that earlier seals stay valid
             settings["pilot"] = {"draws": self.pilot, "arm": "off-pilot", "events": PILOT_RULE}
         if self.anytime:
             settings["anytime"] = {"looks": [look.to_dict() for look in planned_looks(self.draws)]}
@@ -122,6 +119,12 @@ class Campaign:
                  "hypotheses": h({c["id"]: c.get("hypothesis") for c in self.configs}),
                  "repairs": h({c["id"]: c.get("repair") for c in self.configs})}
         return {"campaign": self.name, "seal": h(parts), "parts": parts}
+
+
+def needs_pilot(config: dict[str, Any]) -> bool:
+    """Whether a config's model has no exact law (a checkpoint, a path), so a sealed pilot fixes its events."""
+    model = config.get("model", "tiny")
+    return isinstance(model, str) and not enumerable(model)
 
 
 def _read_toml(path: str) -> dict[str, Any]:
@@ -159,12 +162,11 @@ def _check_config(config: dict[str, Any], from_defaults: set[str]) -> list[str]:
     except ConfigError as e:
         problems += e.problems
     hypothesis, predicates = config.get("hypothesis"), config.get("predicates")
-    model = config.get("model", "tiny")
-    if isinstance(model, str) and not enumerable(model):
+    if needs_pilot(config):
         for key in ("hypothesis", "predicates"):
             if config.get(key):
-                problems.append(f"key {key!r}: needs an exact law, which model {model!r} has not (only embedded "
-                                "tiny models, 'tiny' or 'tiny:SEED', are enumerable); leave it out")
+                problems.append(f"key {key!r}: needs an exact law, which model {config['model']!r} has not (only "
+                                "embedded tiny models, 'tiny' or 'tiny:SEED', are enumerable); leave it out")
     if isinstance(hypothesis, str) and hypothesis not in engine.hypotheses:
         problems.append(f"key 'hypothesis': {engine.name} has no hypothesis {hypothesis!r} "
                         f"({nearest(hypothesis, list(engine.hypotheses))})")

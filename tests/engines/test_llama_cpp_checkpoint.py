@@ -3,6 +3,7 @@ on llama-cpp-python, with its chat template. No exact law: the event family is f
 and calibration and witnesses are reported as not checkable, never as passed. A handful of draws checks the
 plumbing; the study is tools/smollm2_llama.sh."""
 
+import json
 import textwrap
 
 import pytest
@@ -38,8 +39,10 @@ def test_smollm2_campaign_pilot_family_min_tokens_sees_drafts(tmp_path):
     out = tmp_path / "out"
     report = run_campaign(load_campaign(path), out, workers=1, log=lambda m: None, plots=False)
     (c,) = report["configs"]
-    laws = (out / "laws" / "SM-MIN.json").read_text()
-    assert '"reference": null' in laws and '"arm": "off-pilot"' in laws
+    laws = json.loads((out / "laws" / "SM-MIN.json").read_text())
+    # the pilot is its own seeded arm, drawn in full, never a decision arm
+    assert laws["reference"] is None and laws["pilot"]["arm"] == "off-pilot" and laws["pilot"]["draws"] == 100
+    assert sum(laws["pilot"]["outcomes"].values()) == 100
     assert c["family_source"] == "pilot" and c["calibration"]["passed"] is None and c["eligible"] is False
     assert c["witnesses_checked"] is False
     # MinTokensLogitsProcessor counts the unverified drafts of its input as generated tokens (D1): on a
@@ -49,14 +52,6 @@ def test_smollm2_campaign_pilot_family_min_tokens_sees_drafts(tmp_path):
     md = (out / "report.md").read_text()
     assert "calibration and witnesses NOT CHECKABLE (events frozen from a sealed pilot of 100 draws)" in md
     assert "| not checkable | " in md and "| True |" not in md
-
-
-def test_pilot_draws_are_not_decision_draws(tmp_path):
-    # The pilot has seeds of its own: its outcomes come from the arm `off-pilot`, never from `off`.
-    from badc_trace.seeds import draw_seed
-
-    assert {draw_seed(5, "SM-MIN", "off-pilot", i) for i in range(100)}.isdisjoint(
-        {draw_seed(5, "SM-MIN", "off", i) for i in range(100)})
 
 
 @pytest.mark.parametrize("extra, message", [
