@@ -8,6 +8,7 @@ campaign decides the others on an event family frozen from a sealed pilot (badc_
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -66,6 +67,9 @@ def resolve_model(spec: str) -> str:
                 f"for the builds that list it)")
         return path
     if not os.path.exists(spec):
-        names = ", ".join(["tiny", "tiny:SEED", *CHECKPOINTS])
-        raise ModelSpecError(f"model {spec!r}: no such file or folder, and not a model name ({names})")
+        names = ["tiny", "tiny:SEED", *CHECKPOINTS]
+        close = difflib.get_close_matches(spec, names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ModelSpecError(f"model {spec!r}: no such file or folder, and not a model name ({hint}names: "
+                             f"{', '.join(names)})")
     return spec

@@ -1,6 +1,7 @@
-"""Engine-native keys (`generate()` keywords, `SamplingParams` fields) judged by the installed engine
-itself, under each build's interpreter, before a campaign is sealed: a key the engine does not take is
-an error naming the file, the config, the key and the nearest valid key, never a failed job hours later."""
+"""Engine-native keys (`generate()` keywords, `SamplingParams` fields) and non-tiny models (a checkpoint's
+package, a path) judged under each build's interpreter, before a campaign is sealed: a key the engine does
+not take or a model that is not there is an error naming the file, the config and the key, never a failed
+job hours later."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from badc_check.builds import build_for
-from badc_check.campaign.spec import Campaign, CampaignError
+from badc_check.campaign.spec import Campaign, CampaignError, needs_pilot
 from badc_replay.engine import Engine
 from badc_replay.registry import get_engine
 
@@ -37,8 +38,8 @@ def validate_native(campaign: Campaign, executor: str = "local") -> dict[str, st
     groups: dict[str, list[dict[str, Any]]] = {}
     for c in campaign.configs:
         engine = type(get_engine(c["engine"]))
-        if engine.check_native is Engine.check_native and engine.refusal is Engine.refusal:
-            continue  # nothing only the engine can judge: no interpreter to start
+        if engine.check_native is Engine.check_native and engine.refusal is Engine.refusal and not needs_pilot(c):
+            continue  # nothing only the build can judge (a non-tiny model is found there): no interpreter to start
         try:
             python = sys.executable if executor == "inline" else str(build_for(c["engine"], c["build"]).python)
         except LookupError:

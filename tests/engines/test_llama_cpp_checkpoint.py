@@ -75,4 +75,14 @@ def test_a_missing_model_is_named(tmp_path):
 
     got = validate([{"id": "T", "engine": "llama_cpp", "model": str(tmp_path / "nope.gguf")}])
     assert got["T"]["problems"] == [f"key 'model': model '{tmp_path / 'nope.gguf'}': no such file or folder, "
-                                    "and not a model name (tiny, tiny:SEED, smollm2)"]
+                                    "and not a model name (names: tiny, tiny:SEED, smollm2)"]
+
+
+def test_a_misspelled_model_is_refused_before_anything_is_sealed(tmp_path):
+    # llama_cpp has no engine-native keys to judge, but a non-tiny model is still looked up in the build
+    path = tmp_path / "typo.toml"
+    path.write_text(textwrap.dedent(CAMPAIGN.format(extra="")).replace('model = "smollm2"', 'model = "smolm2"'))
+    with pytest.raises(CampaignError, match="config SM-MIN: key 'model': model 'smolm2': no such file or folder, "
+                                            "and not a model name \\(did you mean 'smollm2'\\?"):
+        run_campaign(load_campaign(path), tmp_path / "out", workers=1, log=lambda m: None, plots=False)
+    assert not (tmp_path / "out").exists()
