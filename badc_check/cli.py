@@ -7,8 +7,12 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from badc_trace.tiny import ENGINES
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -28,7 +32,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
                          indent=1))
     else:
         print(decisions_table(decisions, settings, anytime=args.anytime))
-    return 0
+    return _exit_with("badc check", [d.to_dict() for d in decisions], contract_required=False)
+
+
+def _exit_with(command: str, configs: Iterable[Mapping[str, Any]], pending: Iterable[Mapping[str, Any]] = (),
+               contract_required: bool = True) -> int:
+    """The decisions' exit status (badc_check/outcome.py), with each finding behind it on stderr."""
+    from badc_check.outcome import outcome
+
+    result = outcome(configs, pending, contract_required=contract_required)
+    for line in result.lines(command):
+        print(line, file=sys.stderr)
+    return result.exit_code
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -55,7 +70,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     name = "report-partial" if "pending" in report else "report"
     print(open(f"{out}/{name}.md").read())
     print(f"badc run: report in {out}/{name}.json and {out}/{name}.md ({report['elapsed_s']} s)", file=sys.stderr)
-    return 0
+    return _exit_with("badc run", report["configs"], report.get("pending", ()))
 
 
 def _trace_set(path: str) -> list[str]:
@@ -176,7 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     c = sub.add_parser("check", help="turn arm counts collected elsewhere into decisions",
                        description="Decide every configuration of a COUNTS.json file (schema: DESIGN.md, "
-                                   "'Outcomes and counts'; docs/counts.md).")
+                                   "'Outcomes and counts'; docs/counts.md).",
+                       epilog="Exit status: 0 when every config was decided and none FAILS; 1 when one FAILS or "
+                              "its contract channel (if the file has one) is broken; 2 on a usage or format "
+                              "error; 3 when no config FAILS but one is INCONCLUSIVE or VOID or its contract is "
+                              "unchecked, each said on stderr.")
     c.add_argument("counts", metavar="COUNTS.json")
     c.add_argument("--json", action="store_true", help="print the decision fields as JSON")
     c.add_argument("--anytime", action="store_true",
@@ -185,7 +204,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cmd_check)
     r = sub.add_parser("run", help="run a campaign (the built-in one with no file)",
                        description="Seal a campaign, collect both arms of every config in worker processes under "
-                                   "each build's interpreter, replay the on-arm traces, decide and confirm repairs.")
+                                   "each build's interpreter, replay the on-arm traces, decide and confirm repairs.",
+                       epilog="Exit status: 0 only when every config was decided from work done in full, none "
+                              "FAILS and every contract held; 1 when a config FAILS or a trace replay broke the "
+                              "contract; 2 on a usage or campaign-file error; 3 when nothing was rejected but "
+                              "something was left unchecked (an INCONCLUSIVE or VOID config, a contract not "
+                              "replayed in full, a model without an exact law, a parameter that never acted on "
+                              "a draft, a config still pending in a partial report), each said on stderr; 130 "
+                              "when interrupted.")
     r.add_argument("campaign", nargs="?", metavar="CAMPAIGN.toml", help="default: the built-in campaign")
     r.add_argument("--out", help="output folder (default: badc-out/CAMPAIGN_NAME)")
     r.add_argument("--draws", type=int, help="draws per arm (default: the campaign's)")

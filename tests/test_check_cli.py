@@ -38,7 +38,7 @@ def _doc():
 
 
 def test_json_output_has_the_report_fields(tmp_path, capsys):
-    assert main(["check", _counts_file(tmp_path, _doc()), "--json"]) == 0
+    assert main(["check", _counts_file(tmp_path, _doc()), "--json"]) == 1  # PROBE FAILS
     out = json.loads(capsys.readouterr().out)
     assert out["alpha"] == 0.05 and out["m"] == 2
     neg, probe = out["configs"]
@@ -52,10 +52,10 @@ def test_json_output_has_the_report_fields(tmp_path, capsys):
 
 def test_table_output_and_anytime_mode(tmp_path, capsys):
     path = _counts_file(tmp_path, _doc())
-    assert main(["check", path]) == 0
+    assert main(["check", path]) == 1
     text = capsys.readouterr().out
     assert "NOT_REJECTED" in text and "FAILS" in text and "H-D1-phys: compatible" in text
-    assert main(["check", path, "--anytime", "--json"]) == 0
+    assert main(["check", path, "--anytime", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["anytime"] is True and out["configs"][1]["decision"] == "FAILS"
 
@@ -97,13 +97,13 @@ def test_replay_violations_are_reported_as_the_contract_channel_not_as_d(tmp_pat
     neg = doc["configs"][0]
     neg["violations"] = {"on": 2000, "off": 0}
     doc["configs"][1]["violations"] = {"on": 0, "off": 0}
-    assert main(["check", _counts_file(tmp_path, doc), "--json"]) == 0
+    assert main(["check", _counts_file(tmp_path, doc), "--json"]) == 1  # broken contract, PROBE FAILS
     out = json.loads(capsys.readouterr().out)
     assert out["configs"][0]["decision"] == "NOT_REJECTED" and out["configs"][0]["D"] < 0.01
     assert out["configs"][0]["contract"]["status"] == "broken"
     assert out["configs"][1]["contract"]["status"] == "held"
     del doc["configs"][1]["violations"]
-    assert main(["check", _counts_file(tmp_path, doc)]) == 0
+    assert main(["check", _counts_file(tmp_path, doc)]) == 1
     text = capsys.readouterr().out
     assert "contract BROKEN: 2,000 of 20,000 on-arm requests" in text and "returned-output law was not rejected" in text
     assert "PROBE: FAILS" in text and "contract UNCHECKED: no trace replay" in text
@@ -133,4 +133,26 @@ def test_unreadable_files(tmp_path, capsys):
 def test_console_script_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "badc_check.cli", "check", _counts_file(tmp_path, _doc())],
                           capture_output=True, text=True)
-    assert proc.returncode == 0 and "PROBE" in proc.stdout
+    assert proc.returncode == 1 and "PROBE" in proc.stdout and "REJECTED: PROBE: FAILS" in proc.stderr
+
+
+def test_the_exit_status_says_rejected_unchecked_or_neither(tmp_path, capsys):
+    # 0 only for decisions from work done in full with nothing rejected; 1 for a FAILS or a broken contract,
+    # whatever else; 3 when nothing is rejected but something is not decided. Each finding is on stderr.
+    doc = _doc()
+    del doc["configs"][1]
+    doc["m"] = 1
+    assert main(["check", _counts_file(tmp_path, doc)]) == 0
+    assert capsys.readouterr().err == ""
+    doc["configs"][0]["exercise"] = {"proposed": 0}  # speculation never proposed: not a test of it
+    assert main(["check", _counts_file(tmp_path, doc)]) == 3
+    err = capsys.readouterr().err
+    assert "badc check: UNCHECKED: NEG: INCONCLUSIVE" in err and "REJECTED" not in err
+    doc["configs"][0]["violations"] = {"on": 5, "off": 0}  # a broken contract outranks the unchecked decision
+    assert main(["check", _counts_file(tmp_path, doc)]) == 1
+    err = capsys.readouterr().err
+    assert "badc check: REJECTED: NEG: on-arm contract broken (5 of 20,000 requests)" in err
+    assert "badc check: UNCHECKED: NEG: INCONCLUSIVE" in err
+    doc["configs"][0].update(exercise={"proposed": 900}, violations={"on": 0, "off": 3})
+    assert main(["check", _counts_file(tmp_path, doc), "--json"]) == 1  # an off-arm violation: VOID, and a finding
+    assert json.loads(capsys.readouterr().out)["configs"][0]["decision"] == "VOID"

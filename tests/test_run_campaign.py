@@ -15,6 +15,7 @@ import pytest
 
 from badc_check.builds import load_builds
 from badc_check.campaign import BUILTIN, CampaignError, installed_only, load_campaign, run_campaign
+from badc_check.outcome import outcome
 from tests.shard_resume import kill_and_resume, same_shard
 
 CAMPAIGN = """
@@ -452,6 +453,25 @@ def test_a_job_that_keeps_failing_leaves_its_config_pending_under_only_and_incon
     assert "pending" not in whole and par["decision"] == "INCONCLUSIVE" and why in par["reasons"]
     assert len(tries) == 2 * (RETRIES + 1)  # the whole run tried it again
     assert next(c for c in whole["configs"] if c["id"] == "NEG")["decision"] == "NOT_REJECTED"
+    left = outcome(whole["configs"])  # what `badc run` exits with: nothing rejected, PAR not decided
+    assert left.exit_code == 3 and not left.rejected and f"PAR: INCONCLUSIVE ({why})" in left.unchecked
+
+
+def test_the_exit_status_is_0_only_for_a_campaign_done_in_full_with_nothing_rejected(tmp_path, capsys):
+    from badc_check.cli import main
+
+    neg_only = _write(tmp_path, CAMPAIGN.format(other="toy").split('[[config]]\nid = "PAR"')[0], "neg.toml")
+    assert main(["run", str(neg_only), "--out", str(tmp_path / "neg"), "--no-plots", "--workers", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "badc run: REJECTED" not in err and "badc run: UNCHECKED" not in err
+    both = str(_write(tmp_path, CAMPAIGN.format(other="toy").split('[[config]]\nid = "OTHER')[0], "both.toml"))
+    out = str(tmp_path / "both")
+    # a partial report: NEG decided, PAR still pending, so not a pass
+    assert main(["run", both, "--out", out, "--no-plots", "--only", "NEG"]) == 3
+    assert "badc run: UNCHECKED: PAR: pending, not decided" in capsys.readouterr().err
+    assert main(["run", both, "--out", out, "--no-plots"]) == 1
+    err = capsys.readouterr().err
+    assert "badc run: REJECTED: PAR: FAILS (" in err and "badc run: REJECTED: PAR: on-arm contract broken" in err
 
 
 def test_a_shard_that_hangs_is_killed_after_the_stall_limit_and_its_config_left_pending(tmp_path, monkeypatch):
