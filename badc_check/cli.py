@@ -109,7 +109,7 @@ def _replay_in_build(args: argparse.Namespace) -> int | None:
     if Path(python).parent.parent.resolve() == Path(sys.prefix).resolve():  # already in that environment
         return None
     cmd = [python, "-m", "badc_check.cli", "replay", args.trace, "--limit", str(args.limit)]
-    cmd += ["--json"] if args.json else []
+    cmd += (["--json"] if args.json else []) + (["--scores"] if args.scores else [])
     try:  # an interpreter without badc would answer with an import error, not a verdict
         if subprocess.run([python, "-c", "import badc_check.cli"], capture_output=True).returncode:
             return None
@@ -125,6 +125,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from badc_replay.contract import BROKEN, UNCHECKED, replay_traces
     from badc_trace.format import TraceFormatError
 
+    if args.scores:
+        return _cmd_scores(args)
     try:
         paths = _trace_set(args.trace)
         res = replay_traces(paths)
@@ -158,6 +160,50 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     for why in res.left_unchecked():
         print(f"badc replay: UNCHECKED: {why}", file=sys.stderr)
     return {BROKEN: 1, UNCHECKED: 3}.get(status, 0)
+
+
+def _cmd_scores(args: argparse.Namespace) -> int:
+    """`badc replay --scores`: the score-level study (badc_replay/scores.py). Exit 1 when an exposed request
+    is a mechanism witness; 0 when every request is exposed and agrees with its references; 3 otherwise
+    (an unexposed request tests nothing; a TV between the two thresholds decides nothing), said on stderr."""
+    from badc_replay.scores import AGREE_TV, ScoresUnavailable, score_study
+    from badc_trace.format import TraceFormatError
+
+    try:
+        paths = _trace_set(args.trace)
+        study = score_study(paths)
+    except ScoresUnavailable as e:
+        rc = None if os.environ.get("BADC_REPLAY_IN_BUILD") else _replay_in_build(args)
+        if rc is not None:
+            return rc
+        print(f"badc replay: UNCHECKED: no score-level study: {e}", file=sys.stderr)
+        return 3
+    except (TraceFormatError, ValueError, OSError) as e:
+        print(f"badc replay: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(study.to_dict(), indent=1))
+    else:
+        print(f"{args.trace}: {study.engine}, {study.summary()}")
+        shown = [r for r in study.requests if r.witness] or list(study.requests)
+        for r in shown[: args.limit]:
+            w = r.witness
+            line = (f"  request {r.request}: {'exposed' if r.exposed else 'UNEXPOSED'}, {len(r.calls)} calls, "
+                    f"{r.mismatches} history mismatches, max TV against intended {r.max_tv_intended:.4g}, against "
+                    f"actual history {r.max_tv_actual:.3g}, target scores {r.max_tv_target:.3g}")
+            if w is not None:
+                line += (f"; WITNESS at call {w.record} ({w.role}, position {w.position}): history {list(w.history)}, "
+                         f"intended {list(w.intended)}, TV {w.tv_intended:.4g}")
+            print(line)
+    unexposed = sum(not r.exposed for r in study.requests)
+    undecided = sum(r.exposed and r.witness is None and not r.agrees for r in study.requests)
+    if unexposed:
+        print(f"badc replay: UNCHECKED: {unexposed} of {len(study.requests)} requests unexposed (the drafter proposed "
+              "no verified token): they test nothing", file=sys.stderr)
+    if undecided:
+        print(f"badc replay: UNCHECKED: {undecided} exposed requests neither witness nor agree within {AGREE_TV:g}",
+              file=sys.stderr)
+    return 1 if study.witnesses else 3 if unexposed or undecided else 0
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
@@ -245,6 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "traces are joined by request id, as are FILE and the FILE.PID.badc beside it)")
     rp.add_argument("--json", action="store_true")
     rp.add_argument("--limit", type=int, default=5, help="requests to show (default 5)")
+    rp.add_argument("--scores", action="store_true",
+                    help="the score-level study instead (needs a trace at --level full): at every processor-list "
+                         "call, the history a stateful processor was fed against the intended one, and score TVs "
+                         "against fresh processors along the logical prefix and along the request's own calls; "
+                         "exit 1 on a mechanism witness (history mismatch and TV > 0.001 in an exposed request), 0 "
+                         "when every request is exposed and within 1e-4 of its references, 3 otherwise")
     rp.set_defaults(func=_cmd_replay)
     df = sub.add_parser("diff", help="the first divergence of two traces, as Markdown for a bug report",
                         description="Match requests by id (draw index) and print the first call that differs, "

@@ -33,8 +33,10 @@ from badc_replay.engines.transformers.harness import Harness
 from badc_replay.engines.transformers.kernel import Kernel
 from badc_replay.engines.transformers.program import ProgramKernels
 from badc_replay.engines.transformers.records import check_records
+from badc_replay.engines.transformers.scores import score_calls
 from badc_replay.engines.transformers.simulator import HYPOTHESES, AssistedSimulator
 from badc_replay.enumeration import ExactLaw
+from badc_replay.scores import CallScore
 from badc_trace.outcomes import parse_outcome
 
 
@@ -136,6 +138,9 @@ class TransformersEngine(Engine):
     def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],
                       context: Kernel | None = None) -> list[Violation]:
         return check_request(records, config, context)
+
+    def score_calls(self, records: list[dict[str, Any]], context: Kernel | ProgramKernels) -> list[CallScore]:
+        return score_calls(records, context)
 
     def logical_calls(self, records: list[dict[str, Any]]) -> list[LogicalCall]:
         """Verification and ordinary steps: a prompt-lookup filter call's placeholder scores and a draft
