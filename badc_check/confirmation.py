@@ -35,13 +35,14 @@ class RepairResult:
     exercised: bool
     reasons: tuple[str, ...]
     attempted: bool = True  # False: stage S3 gave this config no attempt (the reasons say why)
+    delta_b: dict | None = None  # badc_check/delta_b.py on the confirmation arms, beside (never in) the rule
 
     def to_dict(self) -> dict:
         return {"id": self.id, "attempted": self.attempted, "confirmed": self.confirmed,
                 "recurrence": self.recurrence, "gap_ub": self.gap_ub, "witness_ub": self.witness_ub,
                 "recurrence_witnesses": self.recurrence_witnesses,
                 "calibration_passed": self.calibration_passed, "exercised": self.exercised,
-                "reasons": list(self.reasons)}
+                "reasons": list(self.reasons), "delta_b": self.delta_b}
 
 
 def not_attempted(repair_id: str, why: str) -> RepairResult:

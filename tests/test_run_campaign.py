@@ -134,6 +134,32 @@ def test_a_config_is_decided_from_its_on_and_off_arms_while_its_repair_arms_are_
     assert set(early.arms) == {"on", "off"} and early.decision.repair is None
     assert (early.decision.decision, early.decision.D) == (par["decision"], par["D"])
     assert early.decision.to_dict()["contract"] == par["contract"]
+    # Delta B on the confirmation arms: no records, so every weight is one; level alpha / confirm_m
+    db = par["repair"]["delta_b"]
+    assert db["weights"] == "ones" and db["level"] == pytest.approx(0.05 / report["confirm_m"])
+    assert db["delta"] == pytest.approx(db["on"] - db["off"]) and db["low"] < db["delta"] < db["high"]
+    assert "Delta B (TRL sequence-mask importance weight" in (out / "report.md").read_text()
+
+
+def test_delta_b_weights_come_from_returned_records_where_the_engine_returns_them(tmp_path):
+    from badc_check.campaign import decide_from_folder, plan
+    from badc_check.delta_b import unweighted
+
+    # D4: an accepted draft token's returned log-probability is another row's, so TRL's weights are not one
+    text = CAMPAIGN.format(other="toy").replace('defects = ["D1"]\n', 'defects = ["D1", "D4"]\nlogprobs = true\n'
+                                              'repair = "toy/logical-rows"\n')
+    campaign = load_campaign(_write(tmp_path, text), confirm_draws=1000)
+    out = tmp_path / "out"
+    report = run_campaign(campaign, out, workers=2, **QUIET)
+    par = next(c for c in report["configs"] if c["id"] == "PAR")
+    db = par["repair"]["delta_b"]
+    assert db["weights"] == "records" and db["masked"]["off"] == 0
+    config = next(c for c in campaign.configs if c["id"] == "PAR")
+    arms = decide_from_folder(config, plan(campaign, config), out, campaign, report["m"]).arms
+    off, on = arms["off-confirm"], arms["on-confirm"]
+    assert off.records["weighted_reward"]["sum"] == pytest.approx(unweighted(off.outcomes).sum_wr)  # records right
+    assert on.records["weighted_reward"]["sum"] != pytest.approx(unweighted(on.outcomes).sum_wr, abs=1e-6)
+    assert db["on"] == pytest.approx(on.records["weighted_reward"]["sum"] / on.draws)
 
 
 def test_a_repair_applied_to_both_arms_decides_the_build_past_its_defect_and_says_so(tmp_path):

@@ -13,6 +13,7 @@ from badc_check.campaign.spec import Campaign, CampaignError
 from badc_check.channels import RecordArm
 from badc_check.confirmation import confirm_repair
 from badc_check.decide import INCONCLUSIVE, Arm, Config, ConfigDecision, decide, should_stop
+from badc_check.delta_b import WeightedRewards, delta_b, unweighted
 from badc_check.looks import Look, planned_looks
 from badc_check.selection import confirmation_m
 from badc_replay.contract import merge_contracts
@@ -56,6 +57,13 @@ def merge_shards(shards: list[dict[str, Any]]) -> MergedArm:
             for p, k in r["positions"].items():
                 records["positions"][str(p)] = records["positions"].get(str(p), 0) + k
             records["first_mismatch"] = records["first_mismatch"] or r.get("first_mismatch")
+            if "weighted_reward" in r:  # Delta B's sum of w R over the draws with records (an older shard has none)
+                w = records.setdefault("weighted_reward", {"sum": 0.0, "masked": 0, "shards": 0})
+                w["sum"] += r["weighted_reward"]["sum"]
+                w["masked"] += r["weighted_reward"]["masked"]
+                w["shards"] += 1
+    if records is not None and records.get("weighted_reward", {}).get("shards") != len(shards):
+        records.pop("weighted_reward", None)  # not every shard had it: the weights are not known for every draw
     contract = merge_contracts([(s["start"], s.get("contract") or {}) for s in shards])
     return MergedArm(outcomes=outcomes, **total, contract=contract, records=records)
 
@@ -91,8 +99,23 @@ def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, 
                            arms["repaired"].outcomes, proposed_on=arms["on-confirm"].proposed,
                            proposed_repaired=arms["repaired"].proposed, alpha=campaign.alpha,
                            m=confirmation_m(campaign.configs))
-        object.__setattr__(d, "repair", r)
+        on_w, off_w = rewards(arms["on-confirm"]), rewards(arms["off-confirm"])
+        db = ({"unavailable": "the confirmation arms returned records whose importance weights are not known for "
+                              "every draw (shards from before badc recorded them)"} if on_w is None or off_w is None
+              else delta_b(on_w, off_w, campaign.alpha / confirmation_m(campaign.configs), laws["reference"]).to_dict())
+        object.__setattr__(d, "repair", dataclasses.replace(r, delta_b=db))
     return d
+
+
+def rewards(arm: MergedArm) -> WeightedRewards | None:
+    """An arm's weighted rewards for Delta B: every weight one when the engine returned no records; from
+    the records when every draw's weight is known; else None (not known: never taken as one)."""
+    if arm.records is None:
+        return unweighted(arm.outcomes)
+    w = arm.records.get("weighted_reward")
+    if w is None or arm.records["draws"] != arm.draws:
+        return None
+    return WeightedRewards(arm.draws, w["sum"], w["masked"], "records")
 
 
 def inconclusive(config: dict[str, Any], reason: str) -> dict[str, Any]:

@@ -69,9 +69,13 @@ def confirmation_jobs(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
     """Fresh off and on arms and the repaired arm (stage S3), for a config selected for confirmation."""
     if not (campaign.confirm_draws and config.get("repair")):
         return []
-    n, level = campaign.confirm_draws, get_engine(config["engine"]).trace_level
-    return [*_arm_jobs(campaign, config, "off-confirm", n, "counts"),
-            *_arm_jobs(campaign, config, "on-confirm", n, "counts"),
+    engine = get_engine(config["engine"])
+    n, level = campaign.confirm_draws, engine.trace_level
+    # untraced where nothing is read from the trace; traced where the engine returns records, whose
+    # log-probabilities give Delta B's importance weights (badc_check/delta_b.py)
+    fresh = level if engine.returns_records(engine.parse_config(config)) else "counts"
+    return [*_arm_jobs(campaign, config, "off-confirm", n, fresh),
+            *_arm_jobs(campaign, config, "on-confirm", n, fresh),
             *_arm_jobs(campaign, config, "repaired", n, level, config["repair"])]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from badc_check.decide import contract_cell, contract_lines
+from badc_check.delta_b import delta_b_line
 
 
 def report_markdown(report: dict[str, Any]) -> str:
@@ -67,6 +68,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += [f"- {r}" for r in c.get("reasons", [])]
         if c.get("repair"):
             lines += [f"- repair {c['repair']['id']}: {r}" for r in c["repair"].get("reasons", [])]
+            if c["repair"].get("delta_b"):
+                lines.append(f"- {delta_b_line(c['repair']['delta_b'])}")
         if c.get("anytime"):
             lk = c["anytime"]
             lines.append(f"- decided at look {lk['look']} of {lk['of']}: {lk['draws']:,} draws per arm, "

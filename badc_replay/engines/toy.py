@@ -168,9 +168,10 @@ def check_records(trace_path: str, cfg: ToyConfig) -> dict[str, Any]:
     model = ToyModel(cfg.seed)
     tally = RecordTally()
     for prompt, rec in returns_with_records(trace_path, lambda r: r.get("logprobs") is not None):
-        tally.start_draw()
+        tally.start_draw(rec.get("outcome"))
         for j, (tok, lp) in enumerate(zip(rec["tokens"], rec["logprobs"], strict=False)):
             documented = float(log_softmax(model.logits(prompt + rec["tokens"][:j]))[tok])
+            tally.logprob(documented, lp)
             if abs(lp - documented) > RECORD_TOLERANCE:
                 tally.mismatch(rec["req"], j + 1, token=tok, expected=documented, seen=lp)
     return tally.to_dict()

@@ -16,7 +16,7 @@ def check_records(trace_path: str, oracle: LogitOracle) -> dict[str, Any]:
     model logits at the token's logical prefix (llama.py: `Llama.logits_to_logprobs(self._scores)`)."""
     tally = RecordTally()
     for prompt, rec in returns_with_records(trace_path, lambda r: r.get("logprobs") is not None):
-        tally.start_draw()
+        tally.start_draw(rec.get("outcome"))
         tokens = rec["tokens"]
         # _create_completion leaves BOS tokens out of the logprobs lists (`if token == bos_token_id:
         # continue`); the others keep their own rows.
@@ -27,6 +27,7 @@ def check_records(trace_path: str, oracle: LogitOracle) -> dict[str, Any]:
             lp = next(returned, None)
             logits = oracle(prompt + tokens[:j]).astype(np.float64)
             documented = float(logits[tok] - logits.max() - np.log(np.exp(logits - logits.max()).sum()))
+            tally.logprob(documented, lp)
             if lp is None or abs(lp - documented) > RECORD_TOLERANCE:
                 tally.mismatch(rec["req"], j + 1, token=tok, expected=documented, seen=lp)
     return tally.to_dict()

@@ -17,11 +17,12 @@ def check_records(trace_path: str, kernel: Kernel) -> dict[str, Any]:
     tally = RecordTally()
     carries = ("logprobs", "prompt_logprobs")
     for prompt, rec in returns_with_records(trace_path, lambda r: any(r.get(k) is not None for k in carries)):
-        tally.start_draw()
+        tally.start_draw(rec.get("outcome"))
         tokens = rec["tokens"]
         for j, seen in enumerate(rec.get("logprobs") or ()):
             row = kernel.logprobs.get(tuple(tokens[:j]))
             documented = None if row is None else float(row[tokens[j]])
+            tally.logprob(documented, seen)
             if documented is None or seen is None or abs(seen - documented) > RECORD_TOLERANCE:
                 tally.mismatch(rec["req"], j + 1, token=tokens[j], expected=documented, seen=seen)
         for i, seen in enumerate(rec.get("prompt_logprobs") or (), start=1):
