@@ -81,19 +81,21 @@ class Config:
     contract: Mapping[str, Any] | None = None  # the contract channel: the arms' replay summaries
     pilot: Mapping[str, int] | None = None  # no P (a model that cannot be enumerated): the sealed pilot's counts
 
-    def family(self) -> EventFamily:
-        return event_family(self.reference, self.hypothesis, self.predicates, self.pilot, self.declared_support)
+    def family(self, hypothesis_events: bool = True) -> EventFamily:
+        return event_family(self.reference, self.hypothesis, self.predicates, self.pilot, self.declared_support,
+                            hypothesis_events)
 
 
 def event_family(reference: Mapping[str, float] | None, hypothesis: tuple[str, Mapping[str, float]] | None,
                  predicates: Mapping[str, Predicate], pilot: Mapping[str, int] | None = None,
-                 declared: tuple[str, ...] | None = None) -> EventFamily:
-    """A config's event family: from P and its hypothesis law, or, for a model without P, frozen from the
-    sealed pilot's counts."""
+                 declared: tuple[str, ...] | None = None, hypothesis_events: bool = True) -> EventFamily:
+    """A config's event family: from P and its hypothesis law (`hypothesis_events=False`: without A_H and
+    its complement, its support's singletons kept), or, for a model without P, frozen from the sealed
+    pilot's counts."""
     if reference is None and pilot is not None:
         return EventFamily.from_pilot(pilot, violates_any(predicates))
     hyps = {hypothesis[0]: hypothesis[1]} if hypothesis else {}
-    return EventFamily.build(reference, hyps, declared, violates_any(predicates))
+    return EventFamily.build(reference, hyps, declared, violates_any(predicates), hypothesis_events)
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,8 @@ class ConfigDecision:
     contract: dict[str, Any] | None = None
     reasons: tuple[str, ...] = ()
     look: dict[str, Any] | None = None  # `badc run --anytime`: the planned look that decided (looks.py)
+    # the same draws decided without A_H and its complement (hypothesis_check): what the event adds
+    without_hypothesis_events: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The report.json fields of DESIGN.md ("Report"), plus the evidence behind them."""
@@ -147,6 +151,7 @@ class ConfigDecision:
             "contract": self.contract,
             "events": self.family_size, "bounds": self.bounds, "tail": s.tail,
             "family_source": self.family_source, "reasons": list(self.reasons), "anytime": self.look,
+            "without_hypothesis_events": self.without_hypothesis_events,
         }
 
 
@@ -157,6 +162,12 @@ def decide(cfg: Config, *, alpha: float = 0.05, m: int = 1, threshold: float = D
     looks, badc_check/looks.py): every bound, compatibility's included, is taken at that share."""
     if not 0 < spend <= 1:
         raise ValueError(f"spend must be in (0, 1], got {spend!r}")
+    without = None  # the same draws without A_H: only beside the config's own family, never inside it
+    if family is None and cfg.hypothesis is not None and cfg.reference is not None:
+        w = decide(cfg, alpha=alpha, m=m, threshold=threshold, anytime=anytime, spend=spend,
+                   family=cfg.family(hypothesis_events=False))
+        without = {"decision": w.decision, "eligible": w.eligible, "D": w.D, "D_event": w.channel_s.argmax,
+                   "D_crash_free": w.D_crash_free, "events": w.family_size}
     family = family or cfg.family()
     on, off = cfg.on, cfg.off
     n_on, n_off = on.draws, off.draws
@@ -216,6 +227,7 @@ def decide(cfg: Config, *, alpha: float = 0.05, m: int = 1, threshold: float = D
         exercise={"proposed": on.proposed, "accepted": on.accepted}, calibration=cal, hypothesis=hyp,
         records=rec, channel_s=s, family_size=len(family), bounds=bounds, family_source=family.source,
         contract=None if cfg.contract is None else dict(cfg.contract), reasons=tuple(reasons),
+        without_hypothesis_events=without,
     )
 
 

@@ -89,9 +89,12 @@ class EventFamily:
     # -- construction ------------------------------------------------------------------------
     @classmethod
     def build(cls, reference: Law | None, hypotheses: Mapping[str, Law] | None = None,
-              declared: Iterable[str] | None = None, violates: Violates | None = None) -> EventFamily:
+              declared: Iterable[str] | None = None, violates: Violates | None = None,
+              hypothesis_events: bool = True) -> EventFamily:
         """The family for a configuration, from P, the registered hypothesis laws and predicates
         (`violates(y)`: does outcome y violate one of them; the contract-violation event is its set).
+        `hypothesis_events=False` withholds each A_H (and so its complement) while its support's
+        singletons stay, as the paper's RQ3 cells and its post hoc check do.
 
         Without a reference the singletons come from `declared` outcomes (fixed in advance);
         `source` records which, so reports can say how the family was fixed.
@@ -115,7 +118,7 @@ class EventFamily:
         codes = {o.code for o in ok}
         ref = reference or {}
         hsets = {hid: frozenset(y for y, p in law.items() if p > ref.get(y, 0.0))
-                 for hid, law in hypotheses.items()}
+                 for hid, law in hypotheses.items()} if hypothesis_events else {}
         return cls(supports, prefixes, range(max_len + 1), codes, hsets, source, violates)
 
     @classmethod

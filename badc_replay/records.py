@@ -84,6 +84,8 @@ class RecordTally:
 
     def to_dict(self) -> dict[str, Any]:
         self._end_draw()
-        return {"draws": self.draws, "mismatch": self.mismatched, "positions": self.positions,
-                "first_mismatch": self.first,
-                **({"weighted_reward": {"sum": self.sum_wr, "masked": self.masked}} if self.weighted == self.draws else {})}
+        out = {"draws": self.draws, "mismatch": self.mismatched, "positions": self.positions,
+               "first_mismatch": self.first}
+        if self.weighted == self.draws:  # every draw's weight known (a draw without its outcome has none)
+            out["weighted_reward"] = {"sum": self.sum_wr, "masked": self.masked}
+        return out

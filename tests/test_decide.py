@@ -166,3 +166,21 @@ def test_marginal_tv_bounds_match_brute_force():
     assert 0 < r.lower < 0.1 < r.upper
     same = marginal_tv_bounds(off, off, 0.05 / 30)
     assert same.tv == 0 and same.lower == 0 and same.upper > 0
+
+
+def test_a_diffuse_mechanism_is_detected_through_a_h_only_and_the_report_says_so():
+    # mu_H moves 0.002 onto each of 10 of 20 equally likely outcomes: A_H moves 0.02, no singleton, prefix,
+    # length or code event more than 0.002. Exact expected counts (no sampling noise): a known truth.
+    outs = [f"{a} {b}|eos" for a in range(4) for b in range(5)]
+    p = {y: 0.05 for y in outs}
+    mu = {y: 0.05 + (0.002 if i % 2 else -0.002) for i, y in enumerate(outs)}
+    n = 2_000_000
+    on = Arm({y: round(n * q) for y, q in mu.items()}, proposed=1000)
+    off = Arm({y: round(n * q) for y, q in p.items()})
+    d = decide(Config("diffuse", on, off, reference=p, hypothesis=("H-x", mu)))
+    assert d.decision == FAILS and d.eligible and d.channel_s.argmax == "A_H(H-x)" and d.D > 0.01
+    w = d.without_hypothesis_events
+    assert w["decision"] == NOT_REJECTED and w["D"] < 0.002 and w["events"] == d.family_size - 2  # A_H, not A_H
+    assert d.to_dict()["without_hypothesis_events"] == w
+    # without a hypothesis there is nothing to withhold
+    assert decide(Config("plain", on, off, reference=p)).without_hypothesis_events is None

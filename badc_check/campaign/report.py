@@ -74,6 +74,11 @@ def report_markdown(report: dict[str, Any]) -> str:
             lk = c["anytime"]
             lines.append(f"- decided at look {lk['look']} of {lk['of']}: {lk['draws']:,} draws per arm, "
                          f"{lk['spend']:.4g} of the budget")
+        w = c.get("without_hypothesis_events")
+        if w:
+            lines.append(f"- without A_H({(c.get('hypothesis') or {}).get('id')}) and its complement (RQ3's cell, the "
+                         f"paper's post hoc check; the same draws, {w['events']} events): {w['decision']}"
+                         + (" (eligible)" if w["eligible"] else "") + f", D {f(w['D'])} on `{w['D_event']}`")
         if c.get("D_event"):
             lines.append(f"- D attained on `{c['D_event']}`; crash-free returned-output D {f(c.get('D_crash_free'))} "
                          f"on `{c.get('D_crash_free_event')}`; {c.get('events')} events, B = {c.get('bounds')}")
