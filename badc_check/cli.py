@@ -199,9 +199,10 @@ def _cmd_scores(args: argparse.Namespace) -> int:
     undecided = sum(r.exposed and r.witness is None and not r.agrees for r in study.requests)
     if unexposed:
         print(f"badc replay: UNCHECKED: {unexposed} of {len(study.requests)} requests unexposed (the drafter proposed "
-              "no verified token): they test nothing", file=sys.stderr)
+              "no token): they test nothing", file=sys.stderr)
     if undecided:
-        print(f"badc replay: UNCHECKED: {undecided} exposed requests neither witness nor agree within {AGREE_TV:g}",
+        print(f"badc replay: UNCHECKED: {undecided} exposed requests neither witness nor agree within {AGREE_TV:g} "
+              "(or had no checked call: plain sampling needs the returned logits, output_logits=True)",
               file=sys.stderr)
     return 1 if study.witnesses else 3 if unexposed or undecided else 0
 

@@ -14,7 +14,7 @@ Rules every engine keeps:
 - the probe (badc_trace) exposes `last_request`, the request it finished last, with its `crash`.
 
 Live means "runs the engine" (`harness`, `collect`, `reference_law`, `hypothesis_law`,
-`simulator_check`, `check_native`, `check_records`, `replay_context`, `score_calls`); offline means
+`simulator_check`, `check_native`, `check_records`, `replay_context`, `score_request`); offline means
 "reads a config, an outcome or a trace only" (`parse_config`, `predicate`, `check_request`).
 """
 
@@ -35,7 +35,7 @@ from badc_replay.arms import ArmResult, ArmSpec, collect_arm
 from badc_replay.contract import CALL_TYPES, Violation
 from badc_replay.diff import LogicalCall, processor_calls
 from badc_replay.enumeration import ExactLaw
-from badc_replay.scores import CallScore, ScoresUnavailable
+from badc_replay.scores import RequestScores, ScoresUnavailable
 from badc_replay.text import Decoder, pieces_decoder
 from badc_trace.registry import nearest
 
@@ -278,9 +278,9 @@ class Engine(ABC):
         `badc diff --by-prefix` (default: records that carry the ids they saw and `logical_len`)."""
         return processor_calls(records)
 
-    def score_calls(self, records: list[dict[str, Any]], context: Any) -> list[CallScore]:
-        """Live: the score-level study of one request's processor-list calls (badc_replay/scores.py), with
-        the context `replay_context` built. Engines whose traces carry no scores have none."""
+    def score_request(self, request: int, records: list[dict[str, Any]], context: Any) -> RequestScores:
+        """Live: the score-level study of one request (badc_replay/scores.py), with the context
+        `replay_context` built. Engines whose traces carry no scores have none."""
         raise ScoresUnavailable(f"{self.name}: no score-level study (its traces record no processor scores)")
 
     @abstractmethod

@@ -2,7 +2,7 @@
 the scores the engine produced against the sequential ones, and the history a stateful processor was
 fed against the one sequential decoding would have fed it.
 
-For each processor-list call of a request an engine reports (`Engine.score_calls`, live: it runs the
+For each processor-list call of a request an engine reports (`Engine.score_request`, live: it runs the
 engine's own processors and model):
 
 - `history` (native): the last token of every list call the request made so far, in order: what a
@@ -13,12 +13,15 @@ engine's own processors and model):
 - `tv_actual`: TV between the native output and fresh processors fed the request's own calls so far
   (the actual history): near zero when that history explains the native output;
 - `tv_target`: TV between the incoming target scores and the model's logits at the logical prefix
-  (the target-score reference of the plain and repetition-penalty controls).
+  (the target-score reference of the plain and repetition-penalty controls). An engine that does not
+  call an empty processor list (transformers) records no verification call for plain sampling; where
+  the request returned its logits, each returned position is a call with `tv_target` alone.
 
-A request is exposed when the drafter proposed at least one token verified in it; an unexposed one
-tests nothing, and is never counted as agreement. An exposed request is a mechanism witness when one
-of its verification calls has a history mismatch and `tv_intended` > WITNESS_TV; it agrees with the
-reference when every verification call has `tv_intended` and `tv_target` <= AGREE_TV. These are
+A request is exposed when its drafter proposed at least one token (every proposal is verified); an
+unexposed one tests nothing, and is never counted as agreement. An exposed request is a mechanism
+witness when one of its verification calls has a history mismatch and `tv_intended` > WITNESS_TV; it
+agrees with the references when it has at least one checked call and every one is within AGREE_TV
+(`tv_intended` and `tv_target` where measured); an exposed request with no checked call is neither. These are
 scores of repeated initial states, not draws of returned outputs: the study says nothing of a
 returned-output law or of how often a defect occurs.
 """
@@ -62,13 +65,13 @@ class CallScore:
 class RequestScores:
     request: int
     calls: tuple[CallScore, ...]
-
-    @property
-    def exposed(self) -> bool:
-        return any(c.draft_row for c in self.calls)
+    exposed: bool  # the drafter proposed at least one token in this request
 
     def _positioned(self) -> list[CallScore]:
         return [c for c in self.calls if c.tv_intended is not None]
+
+    def _checked(self) -> list[CallScore]:
+        return [c for c in self.calls if c.tv_intended is not None or c.tv_target is not None]
 
     @property
     def mismatches(self) -> int:
@@ -84,7 +87,7 @@ class RequestScores:
 
     @property
     def max_tv_target(self) -> float:
-        return max((c.tv_target for c in self._positioned() if c.tv_target is not None), default=0.0)
+        return max((c.tv_target for c in self.calls if c.tv_target is not None), default=0.0)
 
     @property
     def witness(self) -> CallScore | None:
@@ -95,12 +98,14 @@ class RequestScores:
 
     @property
     def agrees(self) -> bool:
-        """Exposed, and every positioned call within AGREE_TV of its references."""
-        return self.exposed and self.max_tv_intended <= AGREE_TV and self.max_tv_target <= AGREE_TV
+        """Exposed, with at least one checked call, and every one within AGREE_TV of its references."""
+        return (self.exposed and bool(self._checked()) and self.max_tv_intended <= AGREE_TV
+                and self.max_tv_target <= AGREE_TV)
 
     def to_dict(self) -> dict[str, Any]:
         w = self.witness
         return {"request": self.request, "exposed": self.exposed, "calls": len(self.calls),
+                "checked_calls": len(self._checked()),
                 "history_mismatches": self.mismatches, "max_tv_intended": self.max_tv_intended,
                 "max_tv_actual": self.max_tv_actual, "max_tv_target": self.max_tv_target,
                 "witness": None if w is None else asdict(w), "agrees": self.agrees}
@@ -130,7 +135,7 @@ class ScoreStudy:
 
     def summary(self) -> str:
         n = len(self.requests)
-        return (f"{n} requests, {self.exposed} exposed (the drafter proposed a verified token); mechanism witnesses "
+        return (f"{n} requests, {self.exposed} exposed (the drafter proposed a token); mechanism witnesses "
                 f"(history mismatch and score TV > {WITNESS_TV:g} at a verification call): {self.witnesses} of "
                 f"{self.exposed} exposed; agreeing with the sequential references within {AGREE_TV:g}: "
                 f"{self.agreeing} of {self.exposed} exposed; native scores reproduced by their actual call history: "
@@ -164,7 +169,7 @@ def score_study(paths: Sequence[str]) -> ScoreStudy:
     context, why = engine.replay_context(header, trace_vocab(paths))
     if context is None:
         raise ScoresUnavailable(why or f"{engine.name}: no kernel to replay here")
-    out = [RequestScores(rid, tuple(engine.score_calls(records, context)))
+    out = [engine.score_request(rid, records, context)
            for rid, records in requests_of(readers, None, engine.call_types)]
     if not out:
         raise ScoresUnavailable("the trace holds no request")

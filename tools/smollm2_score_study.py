@@ -10,9 +10,10 @@ arms traced at level full:
   - `cfg`: native classifier-free guidance (scale 1.5);
   - `cfg-history`: the same with the frozen repair `transformers/stateful-replay`, the functional
     prefix-history control;
-  - `plain`: no processor of its own (the control whose reference is the model's scores);
+  - `plain`: no processor of its own; transformers calls no empty processor list, so its target
+    scores are checked on the returned logits (`output_logits`) against the model at each prefix;
   - `repetition`: repetition penalty 1.3 (a stateless control).
-A request is exposed when the drafter proposed a verified token; an unexposed one tests nothing.
+A request is exposed when the drafter proposed a token; an unexposed one tests nothing.
 Results per arm and prompt go to OUT/result.json and OUT/result.md; traces to OUT/traces (not kept in
 git: about 1 MB per call). Each arm/prompt's result is written as it ends, so a rerun goes on from there.
 
@@ -45,7 +46,7 @@ SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
 ARMS = {  # name: (generation keywords, repair)
     "cfg": ({"guidance_scale": 1.5}, None),
     "cfg-history": ({"guidance_scale": 1.5}, "transformers/stateful-replay"),
-    "plain": ({}, None),
+    "plain": ({"output_logits": True, "return_dict_in_generate": True}, None),  # checked on its returned logits
     "repetition": ({"repetition_penalty": 1.3}, None),
 }
 

@@ -46,7 +46,8 @@ def test_guidance_has_history_witnesses_that_its_actual_call_history_explains(tm
 
 
 @pytest.mark.parametrize("name, generation, repair", [
-    ("plain", {}, None),
+    # plain sampling: transformers calls no empty processor list, so its target scores are the returned logits
+    ("plain", {"output_logits": True, "return_dict_in_generate": True}, None),
     ("rep", {"repetition_penalty": 1.3}, None),
     ("cfg-rep", {"guidance_scale": 1.5}, "transformers/stateful-replay"),  # the prefix-history control
 ])

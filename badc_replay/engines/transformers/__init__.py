@@ -33,10 +33,10 @@ from badc_replay.engines.transformers.harness import Harness
 from badc_replay.engines.transformers.kernel import Kernel
 from badc_replay.engines.transformers.program import ProgramKernels
 from badc_replay.engines.transformers.records import check_records
-from badc_replay.engines.transformers.scores import score_calls
+from badc_replay.engines.transformers.scores import score_request
 from badc_replay.engines.transformers.simulator import HYPOTHESES, AssistedSimulator
 from badc_replay.enumeration import ExactLaw
-from badc_replay.scores import CallScore
+from badc_replay.scores import RequestScores
 from badc_trace.outcomes import parse_outcome
 
 
@@ -139,8 +139,9 @@ class TransformersEngine(Engine):
                       context: Kernel | None = None) -> list[Violation]:
         return check_request(records, config, context)
 
-    def score_calls(self, records: list[dict[str, Any]], context: Kernel | ProgramKernels) -> list[CallScore]:
-        return score_calls(records, context)
+    def score_request(self, request: int, records: list[dict[str, Any]],
+                      context: Kernel | ProgramKernels) -> RequestScores:
+        return score_request(request, records, context)
 
     def logical_calls(self, records: list[dict[str, Any]]) -> list[LogicalCall]:
         """Verification and ordinary steps: a prompt-lookup filter call's placeholder scores and a draft

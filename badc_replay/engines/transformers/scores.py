@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from badc_replay.scores import CallScore, ScoresUnavailable, tv
+from badc_replay.scores import CallScore, RequestScores, ScoresUnavailable, tv
 from badc_trace.portable import NotPortable
 
 NO_SCORES = ("the trace has no scores (recorded at level calls): trace with `badc-trace --level full` for the "
@@ -19,10 +19,12 @@ def _scores(b: bytes) -> Any:
     return torch.from_numpy(np.frombuffer(b, dtype=np.float32).copy())
 
 
-def score_calls(records: list[dict[str, Any]], context: Any) -> list[CallScore]:
+def score_request(request: int, records: list[dict[str, Any]], context: Any) -> RequestScores:
     """Every call of the request's processor list (a draft model's own list excluded), in order: the
     native output against fresh processors along the logical prefix (intended) and along the calls the
-    request actually made (actual), and the incoming target scores against the model at the prefix."""
+    request actually made (actual), and the incoming target scores against the model at the prefix;
+    then each returned position's logits (`output_logits`) against the model there. Exposed: the
+    prompt-lookup drafter or a draft model proposed a token."""
     import torch
 
     req = next((r for r in records if r["type"] == "request"), None)
@@ -55,4 +57,14 @@ def score_calls(records: list[dict[str, Any]], context: Any) -> list[CallScore]:
                 history=tuple(history), intended=(prompt[-1], *ids[len(prompt):]),
                 tv_intended=None if intended is None else tv(native, intended), tv_actual=tv(native, replayed),
                 tv_target=None if target is None else tv(incoming.numpy(), target)))
-    return out
+        for i, rec in enumerate(records):  # the target's logits at each returned position, where returned
+            if rec["type"] == "return" and rec.get("logits"):
+                tokens = rec["tokens"]
+                for j, b in enumerate(rec["logits"]):
+                    prefix = prompt + tokens[:j]
+                    out.append(CallScore(record=i, role="returned logits", position=j, draft_row=False,
+                                         history=(), intended=(), tv_intended=None, tv_actual=0.0,
+                                         tv_target=tv(np.frombuffer(b, dtype=np.float32),
+                                                      kernel.logits(prefix).float().numpy())))
+    exposed = any(r["type"] == "draft" and r.get("draft") for r in records)
+    return RequestScores(request, tuple(out), exposed)
