@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-prompt", type=int, default=2, help="requests per prompt and arm (paper: 2)")
     ap.add_argument("--seed", type=int, default=20261203)
     ap.add_argument("--out", default="findings/smollm2/score-study")
+    ap.add_argument("--restudy", action="store_true",
+                    help="recompute the study of cells an older badc studied, from their kept traces (no new draws)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     (out / "traces").mkdir(parents=True, exist_ok=True)
@@ -71,15 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     for arm, (_, repair) in ARMS.items():
         for pid in PROMPTS:
             key = f"{arm}/{pid}"
+            trace = str(out / "traces" / f"{arm}-{pid}.badc")
             if key in cells:
                 if (cells[key]["requests"], cells[key]["seed"]) != (args.per_prompt, args.seed):
                     raise SystemExit(f"{cells_path}: {key} was run with other settings; use another --out")
-                continue
+                stale = "checked_calls" not in cells[key]["study"]["requests"][0]  # studied by an older badc
+                if not (args.restudy and stale and Path(trace).exists()):
+                    continue
             t = time.monotonic()
-            cfg = ENGINE.parse_config(config(arm, pid))
-            trace = str(out / "traces" / f"{arm}-{pid}.badc")
-            ENGINE.collect(cfg, "repaired" if repair else "on", args.per_prompt, args.seed, trace_path=trace,
-                           level="full", repair=repair)
+            if key not in cells:
+                cfg = ENGINE.parse_config(config(arm, pid))
+                ENGINE.collect(cfg, "repaired" if repair else "on", args.per_prompt, args.seed, trace_path=trace,
+                               level="full", repair=repair)
             study = score_study([trace])
             cells[key] = {"arm": arm, "prompt": pid, "repair": repair, "requests": args.per_prompt,
                           "seed": args.seed, "exposed": study.exposed, "witnesses": study.witnesses,
