@@ -25,11 +25,11 @@ adds scores.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import numpy as np
 
+from badc_trace.binder import Binder
 from badc_trace.instrument import BaseInstrumentor, TraceSink, state_digest
 from badc_trace.outcomes import format_outcome
 
@@ -76,8 +76,8 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         import llama_cpp.llama_speculative as speculative
 
         self.last_request: _Request | None = None
-        self._cc_sig = inspect.signature(llama.Llama.create_completion)
-        self._gen_sig = inspect.signature(llama.Llama.generate)
+        self._cc_bind = Binder(llama.Llama.create_completion)
+        self._gen_bind = Binder(llama.Llama.generate)
         self._wrap(llama.Llama, "create_completion", self._create_completion)
         self._wrap(llama.Llama, "generate", self._generate)
         self._wrap(llama.Llama, "sample", self._sample)
@@ -85,33 +85,33 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         self._wrap(internals.LlamaContext, "kv_cache_seq_rm", self._kv_rm)
 
     # -- request bookkeeping -------------------------------------------------------------------
-    def _start(self, api: str, instance: Any, bound: inspect.BoundArguments) -> _Request:
+    def _start(self, api: str, instance: Any, arguments: dict[str, Any]) -> _Request:
         req = _Request(next(self._ids), api)
         self._local.req = req
         self.sink.count("requests")
-        prompt = bound.arguments.get("prompt", bound.arguments.get("tokens"))
+        prompt = arguments.get("prompt", arguments.get("tokens"))
         if isinstance(prompt, str):
             prompt = instance.tokenize(prompt.encode(), add_bos=False, special=False)
         req.prompt = [int(t) for t in prompt]
         self._vocab(getattr(instance, "model_path", "model"), lambda: _pieces(instance))
-        params = {k: v for k, v in bound.arguments.items()
+        params = {k: v for k, v in arguments.items()
                   if k not in ("self", "prompt", "tokens", "logits_processor", "stopping_criteria", "grammar")
                   and isinstance(v, int | float | str | bool | type(None))}
         self.sink.emit({"type": "request", "req": req.id, "api": api, "prompt": req.prompt, "params": params})
-        self._wrap_callbacks(bound, instance)
+        self._wrap_callbacks(arguments, instance)
         return req
 
-    def _wrap_callbacks(self, bound: inspect.BoundArguments, instance: Any) -> None:
+    def _wrap_callbacks(self, arguments: dict[str, Any], instance: Any) -> None:
         from llama_cpp.llama import LogitsProcessorList
 
-        procs = bound.arguments.get("logits_processor")
+        procs = arguments.get("logits_processor")
         if procs is not None and not getattr(procs, "_badc", False):
             wrapped = LogitsProcessorList([_RecordingProcessor(self, p, i, instance) for i, p in enumerate(procs)])
             wrapped._badc = True
-            bound.arguments["logits_processor"] = wrapped
-        stops = bound.arguments.get("stopping_criteria")
+            arguments["logits_processor"] = wrapped
+        stops = arguments.get("stopping_criteria")
         if stops is not None and not getattr(stops, "_badc", False):
-            bound.arguments["stopping_criteria"] = _RecordingStops(self, stops)
+            arguments["stopping_criteria"] = _RecordingStops(self, stops)
 
     def _finish(self, req: _Request, tokens: list[int], finish: str, extra: dict[str, Any]) -> None:
         req.outcome = format_outcome([], f"crash:{req.crash}") if req.crash else format_outcome(tokens, finish)
@@ -124,9 +124,9 @@ class LlamaCppInstrumentor(BaseInstrumentor):
     def _create_completion(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         if self._req is not None:  # nested (e.g. __call__ -> create_completion): outermost only
             return wrapped(*args, **kwargs)
-        bound = self._cc_sig.bind(instance, *args, **kwargs)
-        req = self._start("create_completion", instance, bound)
-        arguments = dict(bound.arguments)
+        arguments = self._cc_bind(instance, *args, **kwargs)
+        req = self._start("create_completion", instance, arguments)
+        stream = arguments.get("stream")
         arguments.pop("self")
         try:
             out = wrapped(**arguments)
@@ -136,7 +136,7 @@ class LlamaCppInstrumentor(BaseInstrumentor):
             raise
         finally:
             self._local.req = None  # never leave a request open, whatever happened
-        if bound.arguments.get("stream"):
+        if stream:
             self._finish(req, req.yielded, "stream", {})
             return out
         choice = out["choices"][0]
@@ -148,9 +148,8 @@ class LlamaCppInstrumentor(BaseInstrumentor):
     def _generate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         if self._req is not None:  # inside create_completion, whose callbacks are wrapped already
             return self._generate_iter(self._req, False, wrapped(*args, **kwargs))
-        bound = self._gen_sig.bind(instance, *args, **kwargs)  # a signature bind costs as much as a token here
-        req = self._start("generate", instance, bound)
-        arguments = dict(bound.arguments)
+        arguments = self._gen_bind(instance, *args, **kwargs)
+        req = self._start("generate", instance, arguments)
         arguments.pop("self")
         return self._generate_iter(req, True, wrapped(**arguments))
 
