@@ -69,8 +69,11 @@ class RecordTally:
         self._outcome, self._log_ratio = outcome, 0.0
 
     def logprob(self, documented: float | None, seen: float | None) -> None:
-        """The sampled token's documented log-probability and the one the engine returned."""
-        if documented is not None and seen is not None:
+        """The sampled token's documented log-probability and the one the engine returned (either missing:
+        the draw's weight is not known)."""
+        if documented is None or seen is None:
+            self._outcome = None
+        else:
             self._log_ratio += documented - seen
 
     def mismatch(self, request: int, position: int, **detail: Any) -> None:

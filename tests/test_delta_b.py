@@ -63,6 +63,10 @@ def test_a_draw_whose_outcome_is_not_known_leaves_the_weights_unknown():
     tally = RecordTally()
     tally.start_draw("1|eos")
     tally.start_draw(None)
+    assert "weighted_reward" not in tally.to_dict()
+    tally = RecordTally()
+    tally.start_draw("1|eos")
+    tally.logprob(None, -1.0)  # a token without its documented value: this draw's weight is not known either
     assert "weighted_reward" not in tally.to_dict()  # Delta B is then not computed, never taken with weight one
 
 
