@@ -9,6 +9,9 @@ selection is pending.
 
 The confirmation budget m is the number of (cause, build) groups in the roster, fixed at the seal (the
 number of attempts can only be smaller), so confirmation draws can start group by group.
+
+A config's optional `stratum` (an arm of a study's comparison, as RQ3's directed and random selection)
+splits groups: each stratum gets its own attempt per cause and build, and counts in m.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from badc_check.decide import FAILS, VOID, ConfigDecision
 
-Group = tuple[str, str, str]  # (repair, engine, build)
+Group = tuple[str, str, str, str]  # (repair, engine, build, stratum or "")
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class Selection:
 
 def group_of(config: Mapping[str, Any]) -> Group | None:
     repair = config.get("repair")
-    return None if not repair else (repair, config["engine"], config["build"])
+    return None if not repair else (repair, config["engine"], config["build"], config.get("stratum") or "")
 
 
 def confirmation_m(configs: Sequence[Mapping[str, Any]]) -> int:
@@ -70,7 +73,7 @@ def select_confirmations(configs: Sequence[Mapping[str, Any]],
     attempts: list[str] = []
     not_attempted: dict[str, str] = {}
     pending: list[str] = []
-    for (repair, engine, build), members in groups.items():
+    for (repair, engine, build, stratum), members in groups.items():
         ids = [c["id"] for c in members]
         same_build = [cid for cid, b in build_of.items() if b == (engine, build)]
         void = [cid for cid in same_build if word(cid) == VOID]
@@ -93,7 +96,8 @@ def select_confirmations(configs: Sequence[Mapping[str, Any]],
                 chosen = c["id"]
                 attempts.append(chosen)
             else:
-                not_attempted[c["id"]] = (f"one attempt per cause and build: {repair} on {engine}-{build} is "
-                                          f"confirmed through {chosen} (higher priority)")
+                not_attempted[c["id"]] = (f"one attempt per cause and build: {repair} on {engine}-{build}"
+                                          + (f" (stratum {stratum})" if stratum else "")
+                                          + f" is confirmed through {chosen} (higher priority)")
     return Selection(tuple(sorted(attempts, key=order.__getitem__)), not_attempted,
                      tuple(sorted(pending, key=order.__getitem__)))

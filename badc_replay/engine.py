@@ -40,8 +40,8 @@ from badc_replay.text import Decoder, pieces_decoder
 from badc_trace.registry import nearest
 
 # Keys of a campaign `[[config]]` that badc itself reads; every other key is the engine's.
-CAMPAIGN_KEYS = ("id", "engine", "build", "role", "priority", "hypothesis", "predicates", "repair", "applied",
-                 "variants", "variant_of")
+CAMPAIGN_KEYS = ("id", "engine", "build", "role", "priority", "stratum", "hypothesis", "predicates", "repair",
+                 "applied", "variants", "variant_of")
 
 
 class ConfigError(ValueError):

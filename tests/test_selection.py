@@ -101,3 +101,23 @@ def test_the_papers_study_is_one_family_of_26_with_three_confirmation_groups():
     fails = _decision("fails")
     sel = select_confirmations(camp.configs, {c["id"]: fails for c in camp.configs})
     assert sel.attempts == ("HF17-6", "LCP-2-19", "LCP-2-35")
+
+
+def test_each_stratum_of_a_comparison_gets_its_own_attempt_per_cause_and_build():
+    # RQ3's design: directed and random configs of one cause on one build are confirmed separately
+    configs = [_cfg("D1", stratum="directed", priority=0), _cfg("D2", stratum="directed"),
+               _cfg("R1", stratum="random", priority=0), _cfg("R2", stratum="random")]
+    d = {"D1": _decision("not-rejected"), "D2": _decision("fails"), "R1": _decision("fails", 1),
+         "R2": _decision("fails", 2)}
+    sel = select_confirmations(configs, d)
+    assert sel.attempts == ("D2", "R1")  # the directed stratum falls back to D2; R1 outranks R2
+    assert "(stratum random) is confirmed through R1" in sel.not_attempted["R2"]
+    assert confirmation_m(configs) == 2
+    assert confirmation_m([{k: v for k, v in c.items() if k != "stratum"} for c in configs]) == 1
+
+
+def test_a_stratum_is_a_non_empty_string(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[[config]]\nid = "T"\nengine = "toy"\nbuild = "0.1.0"\nstratum = 3\n')
+    with pytest.raises(CampaignError, match="config T: key 'stratum'"):
+        load_campaign(path)

@@ -65,6 +65,9 @@ class ConfigKeys:
     build: Annotated[str, pydantic.Field(min_length=1)]
     role: Literal["probe", "negative-control", "positive-control"] = "probe"
     priority: int | None = None  # lower is confirmed first (selection.py)
+    # an arm of a study's comparison (the paper's RQ3: "directed" against "random" selection): configs of
+    # different strata get their own confirmation attempt per cause and build (selection.py)
+    stratum: Annotated[str, pydantic.Field(min_length=1)] | None = None
     hypothesis: str | None = None
     predicates: list[str] = dataclasses.field(default_factory=list)
     repair: str | None = None
