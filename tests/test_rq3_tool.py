@@ -1,0 +1,56 @@
+"""tools/rq3.py: the generated RQ3 campaigns validate with m = 11 and one confirmation per cause and
+stratum; its analysis counts a recovered cause per cell from known reports, and never counts a cell
+whose selected config had no confirmation run."""
+
+import importlib.util
+from pathlib import Path
+
+from badc_check.campaign import load_campaign
+from badc_check.selection import confirmation_m
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("rq3", ROOT / "tools" / "rq3.py")
+rq3 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rq3)
+
+
+def test_the_committed_campaigns_are_the_generators_and_validate(tmp_path, monkeypatch):
+    monkeypatch.setattr(rq3, "CAMPAIGNS", tmp_path)
+    rq3.write(10)
+    for path in sorted(tmp_path.glob("*.toml")):
+        assert path.read_text() == (ROOT / "campaigns" / "rq3" / path.name).read_text()  # regenerated alike
+        c = load_campaign(path)
+        assert c.m == 11 and confirmation_m(c.configs) == 4
+        strata = {x["id"]: x.get("stratum") for x in c.configs}
+        assert sum(s == "directed" for s in strata.values()) == sum(s == "random" for s in strata.values()) == 4
+
+
+def _config(cid, decision="FAILS", without="FAILS", confirmed=None, attempted=True):
+    return {"id": cid, "decision": decision, "eligible": decision == "FAILS", "calibration": {"passed": True},
+            "hypothesis": {"compatible": True},
+            "without_hypothesis_events": {"decision": without, "eligible": without == "FAILS"},
+            "repair": None if confirmed is None and attempted else
+            {"id": "x", "attempted": attempted, "confirmed": bool(confirmed)}}
+
+
+def test_recovered_causes_per_cell():
+    report = {"campaign": "rq3-1", "configs": [
+        # stateful processors, directed: guidance detected only through A_H and confirmed; without A_H the cell
+        # falls to SynthID, whose confirmation was not run: undetermined, never counted
+        _config("RQ3-1-GUIDANCE-D", without="NOT_REJECTED", confirmed=True),
+        _config("RQ3-1-SYNTHID-D", attempted=False),
+        # random: guidance not detected, SynthID confirmed in both cells
+        _config("RQ3-1-GUIDANCE-R", decision="NOT_REJECTED", without="NOT_REJECTED"),
+        _config("RQ3-1-SYNTHID-R", confirmed=True),
+        # processor buffer: min_tokens detected and its repair not confirmed (directed); nothing detected (random)
+        _config("RQ3-1-MIN_TOKENS-D", confirmed=False), _config("RQ3-1-PARITY-D", attempted=False),
+        _config("RQ3-1-MIN_TOKENS-R", decision="NOT_REJECTED", without="NOT_REJECTED"),
+        _config("RQ3-1-PARITY-R", decision="NOT_REJECTED", without="NOT_REJECTED"),
+    ]}
+    cause = "transformers/stateful-replay"
+    assert rq3.cell(report, "directed", cause, without=False) == "yes"
+    assert rq3.cell(report, "directed", cause, without=True) == "undetermined"
+    assert rq3.cell(report, "random", cause, without=False) == rq3.cell(report, "random", cause, True) == "yes"
+    assert rq3.cell(report, "directed", "llama_cpp/logical-prefix", without=False) == "no"
+    assert rq3.cell(report, "random", "llama_cpp/logical-prefix", without=False) == "no"
+    assert round(rq3.cp_upper(0, 10), 3) == 0.308  # the exact bound on P(d_A != 0) from 0 of 10
