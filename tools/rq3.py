@@ -144,7 +144,9 @@ def cell(report: dict, stratum: str, repair: str, without: bool) -> str:
 
 
 def cp_upper(k: int, n: int, alpha: float = 0.05) -> float:
-    return 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
+    """The exact (Clopper-Pearson) one-sided upper bound on a probability, k of n: the paper's bound on
+    P(d_A != 0), 0.26-0.39 for 0 or 1 of 10."""
+    return 1.0 if k == n else float(beta.ppf(1 - alpha, k + 1, n - k))
 
 
 def analyze(out: Path = OUT) -> str:
