@@ -41,6 +41,10 @@ def decisions_table(decisions: Sequence[ConfigDecision], settings: dict[str, Any
                      f"B = {d.bounds}, tail {d.channel_s.tail:.3g}; family from {d.family_source}.")
         lines += [f"  - {r}" for r in d.reasons]
         lines += [f"  - {r}" for r in contract_lines(d.contract, d.decision)]
+        w = d.without_hypothesis_events
+        if w:
+            lines.append(f"  - without A_H and its complement (the same draws, {w['events']} events): {w['decision']}, "
+                         f"D {_fmt(w['D'])} on {w['D_event']}")
         if d.witnesses.outcomes:
             shown = ", ".join(f"{y!r} x{k}" for y, k in list(d.witnesses.outcomes.items())[:5])
             lines.append(f"  witnesses: {shown}")

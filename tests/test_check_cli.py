@@ -55,6 +55,7 @@ def test_table_output_and_anytime_mode(tmp_path, capsys):
     assert main(["check", path]) == 1
     text = capsys.readouterr().out
     assert "NOT_REJECTED" in text and "FAILS" in text and "H-D1-phys: compatible" in text
+    assert "without A_H and its complement (the same draws" in text  # PROBE has a hypothesis
     assert main(["check", path, "--anytime", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["anytime"] is True and out["configs"][1]["decision"] == "FAILS"
