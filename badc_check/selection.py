@@ -11,11 +11,15 @@ The confirmation budget m is the number of (cause, build) groups in the roster, 
 number of attempts can only be smaller), so confirmation draws can start group by group.
 
 A config's optional `stratum` (an arm of a study's comparison, as RQ3's directed and random selection)
-splits groups: each stratum gets its own attempt per cause and build, and counts in m.
+splits groups: each stratum gets its own attempt per cause and build, and counts in m. RQ3's other cell,
+the same draws decided without A_H (`[campaign] confirm_without_hypothesis_events`), selects by the same
+rule from those decisions (`without_hypothesis_events`); `joined` confirms what either cell selects,
+and m counts both cells.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,3 +105,28 @@ def select_confirmations(configs: Sequence[Mapping[str, Any]],
                                           + f" is confirmed through {chosen} (higher priority)")
     return Selection(tuple(sorted(attempts, key=order.__getitem__)), not_attempted,
                      tuple(sorted(pending, key=order.__getitem__)))
+
+
+def without_hypothesis_events(decisions: Mapping[str, ConfigDecision | str | None]
+                              ) -> dict[str, ConfigDecision | str | None]:
+    """The decisions of the cell without A_H and its complement: each config's decision and eligibility
+    on the same draws without those events (calibration and compatibility are the config's own)."""
+    out: dict[str, ConfigDecision | str | None] = {}
+    for cid, d in decisions.items():
+        w = d.without_hypothesis_events if isinstance(d, ConfigDecision) else None
+        out[cid] = d if w is None else dataclasses.replace(d, decision=w["decision"], eligible=w["eligible"])
+    return out
+
+
+def joined(configs: Sequence[Mapping[str, Any]], *cells: Selection) -> Selection:
+    """One selection confirming what any cell selects: attempts in roster order; a config is not attempted
+    (with its first cell's reason) or pending only when no cell attempts it."""
+    order = {c["id"]: i for i, c in enumerate(configs)}
+    attempts = sorted({cid for s in cells for cid in s.attempts}, key=order.__getitem__)
+    not_attempted: dict[str, str] = {}
+    for s in cells:
+        for cid, why in s.not_attempted.items():
+            if cid not in attempts:
+                not_attempted.setdefault(cid, why)
+    pending = sorted({cid for s in cells for cid in s.pending} - set(attempts), key=order.__getitem__)
+    return Selection(tuple(attempts), not_attempted, tuple(pending))

@@ -1,6 +1,6 @@
-"""tools/rq3.py: the generated RQ3 campaigns validate with m = 11 and one confirmation per cause and
-stratum; its analysis counts a recovered cause per cell from known reports, and never counts a cell
-whose selected config had no confirmation run."""
+"""tools/rq3.py: the generated RQ3 campaigns validate with m = 11 and one confirmation per cause,
+stratum and cell; its analysis counts a recovered cause per cell from known reports, and never counts a
+cell whose selected config has no confirmation result."""
 
 import importlib.util
 from pathlib import Path
@@ -20,7 +20,7 @@ def test_the_committed_campaigns_are_the_generators_and_validate(tmp_path, monke
     for path in sorted(tmp_path.glob("*.toml")):
         assert path.read_text() == (ROOT / "campaigns" / "rq3" / path.name).read_text()  # regenerated alike
         c = load_campaign(path)
-        assert c.m == 11 and confirmation_m(c.configs) == 4
+        assert c.m == 11 and confirmation_m(c.configs) == 4 and c.confirm_m == 8  # 2 causes x 2 strata x 2 cells
         strata = {x["id"]: x.get("stratum") for x in c.configs}
         assert sum(s == "directed" for s in strata.values()) == sum(s == "random" for s in strata.values()) == 4
 

@@ -121,3 +121,29 @@ def test_a_stratum_is_a_non_empty_string(tmp_path):
     path.write_text('[[config]]\nid = "T"\nengine = "toy"\nbuild = "0.1.0"\nstratum = 3\n')
     with pytest.raises(CampaignError, match="config T: key 'stratum'"):
         load_campaign(path)
+
+
+def test_the_cell_without_a_h_selects_from_its_own_decisions_and_both_cells_are_confirmed(tmp_path):
+    import dataclasses
+
+    from badc_check.selection import joined, without_hypothesis_events
+
+    # guidance (priority 1) fails only through A_H; SynthID (priority 2) fails either way: with A_H the
+    # cause is confirmed through guidance, without it through SynthID, and both attempts run
+    configs = [_cfg("G", priority=1), _cfg("S", priority=2)]
+    g = _decision("fails")
+    g = dataclasses.replace(g, without_hypothesis_events={"decision": "NOT_REJECTED", "eligible": False})
+    s = _decision("fails", 1)
+    d = {"G": g, "S": s}
+    with_cell = select_confirmations(configs, d)
+    without_cell = select_confirmations(configs, without_hypothesis_events(d))
+    assert with_cell.attempts == ("G",) and without_cell.attempts == ("S",)
+    both = joined(configs, with_cell, without_cell)
+    assert both.attempts == ("G", "S") and both.not_attempted == {} and both.pending == ()
+    # sealed only when asked: other campaigns keep their seals; the budget counts both cells
+    text = '[[config]]\nid = "T"\nengine = "toy"\nbuild = "0.1.0"\nrepair = "toy/logical-rows"\n'
+    plain, cells = tmp_path / "p.toml", tmp_path / "c.toml"
+    plain.write_text(text)
+    cells.write_text("[campaign]\nconfirm_without_hypothesis_events = true\n" + text)
+    a, b = load_campaign(plain), load_campaign(cells)
+    assert (a.confirm_m, b.confirm_m) == (1, 2) and a.seal()["seal"] != b.seal()["seal"]

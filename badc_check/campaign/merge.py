@@ -15,7 +15,6 @@ from badc_check.confirmation import confirm_repair
 from badc_check.decide import INCONCLUSIVE, Arm, Config, ConfigDecision, decide, should_stop
 from badc_check.delta_b import WeightedRewards, delta_b, unweighted
 from badc_check.looks import Look, planned_looks
-from badc_check.selection import confirmation_m
 from badc_replay.contract import merge_contracts
 from badc_replay.registry import get_engine
 from badc_replay.results import LawsResult, ResultError, ShardResult, read_result
@@ -98,11 +97,11 @@ def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, 
                            arms["off-confirm"].outcomes, arms["on-confirm"].outcomes,
                            arms["repaired"].outcomes, proposed_on=arms["on-confirm"].proposed,
                            proposed_repaired=arms["repaired"].proposed, alpha=campaign.alpha,
-                           m=confirmation_m(campaign.configs))
+                           m=campaign.confirm_m)
         on_w, off_w = rewards(arms["on-confirm"]), rewards(arms["off-confirm"])
         db = ({"unavailable": "the confirmation arms returned records whose importance weights are not known for "
                               "every draw (shards from before badc recorded them)"} if on_w is None or off_w is None
-              else delta_b(on_w, off_w, campaign.alpha / confirmation_m(campaign.configs), laws["reference"]).to_dict())
+              else delta_b(on_w, off_w, campaign.alpha / campaign.confirm_m, laws["reference"]).to_dict())
         object.__setattr__(d, "repair", dataclasses.replace(r, delta_b=db))
     return d
 

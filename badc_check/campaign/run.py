@@ -32,7 +32,7 @@ from badc_check.confirmation import not_attempted
 from badc_check.decide import INCONCLUSIVE, ConfigDecision
 from badc_check.looks import planned_looks
 from badc_check.marginals import marginal_study
-from badc_check.selection import confirmation_m, select_confirmations
+from badc_check.selection import joined, select_confirmations, without_hypothesis_events
 from badc_replay.arms import checkpoint_interval
 
 RETRIES = 2  # a failed job is re-run this many times before its config is given up
@@ -176,6 +176,9 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     states.update({cid: found[cid].decision if cid in found else None if incomplete else INCONCLUSIVE
                    for cid in plans})
     selection = select_confirmations(campaign.configs, states)
+    if campaign.confirm_without_hypothesis_events:  # RQ3's other cell: what the decisions without A_H select
+        selection = joined(campaign.configs, selection,
+                           select_confirmations(campaign.configs, without_hypothesis_events(states)))
     confirm = {cid: confirmation_jobs(campaign, plans[cid][0].config) for cid in selection.attempts}
     confirm = {cid: jobs for cid, jobs in confirm.items() if jobs}
     if confirm:
@@ -226,7 +229,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         log(f"{cid}: {d.decision} (D {d.D:.4f}, witnesses {d.witnesses.count}, contract "
             f"{(d.contract or {}).get('status', 'unchecked')})")
     report = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
-              "threshold": campaign.threshold, "m": m, "confirm_m": confirmation_m(campaign.configs),
+              "threshold": campaign.threshold, "m": m, "confirm_m": campaign.confirm_m,
               "anytime": [look.to_dict() for look in planned_looks(campaign.draws)] if campaign.anytime else None,
               "draws": campaign.draws, "confirm_draws": campaign.confirm_draws,
               "confirmation_attempts": list(selection.attempts), "interrupted": interrupted_before,

@@ -22,6 +22,7 @@ import pydantic
 from badc_check.builds import load_builds
 from badc_check.events import PILOT_RULE
 from badc_check.looks import planned_looks
+from badc_check.selection import confirmation_m
 from badc_replay.engine import ConfigError, nearest, strict, validation_problems
 from badc_replay.registry import UnknownEngineError, engine_names, get_engine
 from badc_replay.repairs import known_repairs
@@ -54,6 +55,8 @@ class CampaignTable:
     anytime: bool = False
     # draws of the sealed pilot that freezes the event family of a config whose model has no exact law
     pilot: Annotated[int, pydantic.Field(ge=100)] = PILOT
+    # RQ3's second cell: stage S3 also confirms what the decisions without A_H select (selection.py)
+    confirm_without_hypothesis_events: bool = False
 
 
 @strict
@@ -97,11 +100,17 @@ class Campaign:
     family_m: int | None = None  # the study's multiplicity family when it is larger than this roster
     anytime: bool = False  # stop a config at its first planned look with an eligible FAILS or VOID (looks.py)
     pilot: int = PILOT  # draws of the sealed pilot of each config without an exact law (a checkpoint, a path)
+    confirm_without_hypothesis_events: bool = False  # S3 confirms the without-A_H cell's selection too
 
     @property
     def m(self) -> int:
         """Configurations in the multiplicity family: `[campaign] m`, or the roster (with its includes)."""
         return self.family_m or len(self.configs)
+
+    @property
+    def confirm_m(self) -> int:
+        """The confirmation budget: one possible attempt per cause, build and stratum, in each confirmed cell."""
+        return confirmation_m(self.configs) * (2 if self.confirm_without_hypothesis_events else 1)
 
     def seal(self) -> dict[str, Any]:
         """Hashes of everything a decision depends on, taken before the first decision draw."""
@@ -116,6 +125,8 @@ class Campaign:
             settings["pilot"] = {"draws": self.pilot, "arm": "off-pilot", "events": PILOT_RULE}
         if self.anytime:
             settings["anytime"] = {"looks": [look.to_dict() for look in planned_looks(self.draws)]}
+        if self.confirm_without_hypothesis_events:  # only when set, so that earlier seals stay valid
+            settings["confirm_cells"] = ["with A_H", "without A_H"]
         parts = {"configs": {c["id"]: h(c) for c in self.configs},
                  "settings": h(settings),
                  "seed_roster": h({"seed": self.seed, "rule": "blake2b(seed|config|arm|index)"}),
@@ -277,7 +288,8 @@ def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: 
                     draws=draws if draws is not None else table.draws, seed=table.seed,
                     confirm_draws=confirm_draws if confirm_draws is not None else table.confirm_draws,
                     configs=configs, shard=table.shard, family_m=table.m,
-                    anytime=anytime if anytime is not None else table.anytime, pilot=table.pilot)
+                    anytime=anytime if anytime is not None else table.anytime, pilot=table.pilot,
+                    confirm_without_hypothesis_events=table.confirm_without_hypothesis_events)
 
 
 def installed_only(campaign: Campaign, log: Callable[[str], None] | None = None) -> Campaign:
