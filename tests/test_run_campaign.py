@@ -141,6 +141,20 @@ def test_a_config_is_decided_from_its_on_and_off_arms_while_its_repair_arms_are_
     assert "Delta B (TRL sequence-mask importance weight" in (out / "report.md").read_text()
 
 
+def test_a_campaign_confirming_both_cells_runs_the_selection_of_each(tmp_path):
+    # PAR fails with and without A_H (its witnesses decide it): both cells select it, one confirmation runs,
+    # and the confirmation budget counts both cells
+    text = CAMPAIGN.format(other="toy").replace('hypothesis = "H-D1"\n',
+                                              'hypothesis = "H-D1"\nrepair = "toy/logical-rows"\n')
+    text = text.replace("shard = 500\n", "shard = 500\nconfirm_without_hypothesis_events = true\n")
+    report = run_campaign(load_campaign(_write(tmp_path, text), confirm_draws=1000), tmp_path / "out", workers=2,
+                          **QUIET)
+    par = next(c for c in report["configs"] if c["id"] == "PAR")
+    assert report["confirm_m"] == 2 and report["confirmation_attempts"] == ["PAR"]
+    assert par["without_hypothesis_events"]["decision"] == "FAILS" and par["repair"]["attempted"] is True
+    assert par["repair"]["delta_b"]["level"] == pytest.approx(0.05 / 2)
+
+
 def test_delta_b_weights_come_from_returned_records_where_the_engine_returns_them(tmp_path):
     from badc_check.campaign import decide_from_folder, plan
     from badc_check.delta_b import unweighted
