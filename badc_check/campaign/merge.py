@@ -38,6 +38,7 @@ def merge_shards(shards: list[dict[str, Any]]) -> MergedArm:
     outcomes: dict[str, int] = {}
     total = {"proposed": 0, "accepted": 0, "violations": 0, "draws": 0}
     records: dict[str, Any] | None = None
+    weights_known = True  # every shard summed Delta B's weighted rewards (an older shard has none)
     shards = sorted(shards, key=lambda s: s["start"])
     for s in shards:
         if s["start"] != total["draws"]:  # shards must tile 0..n: never a draw twice, never a gap
@@ -49,6 +50,7 @@ def merge_shards(shards: list[dict[str, Any]]) -> MergedArm:
             total[key] += s[key]
         total["draws"] += s["count"]
         r = s.get("records")
+        weights_known = weights_known and r is not None and "weighted_reward" in r
         if r is not None:
             records = records or {"draws": 0, "mismatch": 0, "positions": {}, "first_mismatch": None}
             records["draws"] += r["draws"]
@@ -56,13 +58,12 @@ def merge_shards(shards: list[dict[str, Any]]) -> MergedArm:
             for p, k in r["positions"].items():
                 records["positions"][str(p)] = records["positions"].get(str(p), 0) + k
             records["first_mismatch"] = records["first_mismatch"] or r.get("first_mismatch")
-            if "weighted_reward" in r:  # Delta B's sum of w R over the draws with records (an older shard has none)
-                w = records.setdefault("weighted_reward", {"sum": 0.0, "masked": 0, "shards": 0})
+            if "weighted_reward" in r:
+                w = records.setdefault("weighted_reward", {"sum": 0.0, "masked": 0})
                 w["sum"] += r["weighted_reward"]["sum"]
                 w["masked"] += r["weighted_reward"]["masked"]
-                w["shards"] += 1
-    if records is not None and records.get("weighted_reward", {}).get("shards") != len(shards):
-        records.pop("weighted_reward", None)  # not every shard had it: the weights are not known for every draw
+    if records is not None and not weights_known:
+        records.pop("weighted_reward", None)  # the weights are not known for every draw
     contract = merge_contracts([(s["start"], s.get("contract") or {}) for s in shards])
     return MergedArm(outcomes=outcomes, **total, contract=contract, records=records)
 
