@@ -204,7 +204,9 @@ def _cmd_scores(args: argparse.Namespace) -> int:
         print(f"badc replay: UNCHECKED: {undecided} exposed requests neither witness nor agree within {AGREE_TV:g} "
               "(or had no checked call: plain sampling needs the returned logits, output_logits=True)",
               file=sys.stderr)
-    return 1 if study.witnesses else 3 if unexposed or undecided else 0
+    for why in study.left_unchecked:
+        print(f"badc replay: UNCHECKED: {why}", file=sys.stderr)
+    return 1 if study.witnesses else 3 if unexposed or undecided or study.left_unchecked else 0
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:

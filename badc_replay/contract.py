@@ -323,14 +323,21 @@ def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> Contract
         if settings is not None:
             result.note_settings(rid, settings)
         result.add(rid, found)
-    torn = []
+    result.unclosed, result.torn_tail = trace_tails(paths, readers)
+    return result
+
+
+def trace_tails(paths: list[str], readers: list[TraceReader]) -> tuple[list[str], str | None]:
+    """After reading: the traces whose process was killed with every record written through (nothing
+    lost), and where the others' tails are torn (records may be lost), or None."""
+    unclosed, torn = [], []
     for p, r in zip(paths, readers, strict=True):
         t = r.torn_tail
         if t is not None and t.offset == os.path.getsize(p) and r.header.get("config", {}).get("write_through"):
-            result.unclosed.append(p)  # killed at a chunk boundary, every record written through: nothing lost
+            unclosed.append(p)  # killed at a chunk boundary, every record written through: nothing lost
         elif t is not None:
             torn.append((p, t))
-    if torn:
-        where = (lambda p: f"{p} byte") if len(paths) > 1 else (lambda p: "byte")
-        result.torn_tail = "; ".join(f"{where(p)} {t.offset}: {t.reason}" for p, t in torn)
-    return result
+    if not torn:
+        return unclosed, None
+    where = (lambda p: f"{p} byte") if len(paths) > 1 else (lambda p: "byte")
+    return unclosed, "; ".join(f"{where(p)} {t.offset}: {t.reason}" for p, t in torn)

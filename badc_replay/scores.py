@@ -115,6 +115,9 @@ class RequestScores:
 class ScoreStudy:
     engine: str
     requests: tuple[RequestScores, ...]
+    # what the study could not cover: a torn tail (requests may be lost), requests that crashed or never
+    # returned (the calls after that were never made); never said to agree
+    left_unchecked: tuple[str, ...] = ()
 
     @property
     def exposed(self) -> int:
@@ -143,6 +146,7 @@ class ScoreStudy:
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "witness_tv": WITNESS_TV, "agree_tv": AGREE_TV,
+                "left_unchecked": list(self.left_unchecked),
                 "requests": [r.to_dict() for r in self.requests], "exposed": self.exposed,
                 "witnesses": self.witnesses, "agreeing": self.agreeing, "explained": self.explained}
 
@@ -159,7 +163,7 @@ def tv(a: np.ndarray, b: np.ndarray) -> float:
 
 def score_study(paths: Sequence[str]) -> ScoreStudy:
     """The study of every request of one run's traces; ScoresUnavailable says why it cannot run here."""
-    from badc_replay.contract import open_traces, requests_of
+    from badc_replay.contract import open_traces, requests_of, trace_tails
     from badc_replay.registry import get_engine
     from badc_replay.text import trace_vocab
 
@@ -169,8 +173,15 @@ def score_study(paths: Sequence[str]) -> ScoreStudy:
     context, why = engine.replay_context(header, trace_vocab(paths))
     if context is None:
         raise ScoresUnavailable(why or f"{engine.name}: no kernel to replay here")
-    out = [engine.score_request(rid, records, context)
-           for rid, records in requests_of(readers, None, engine.call_types)]
+    out, partial = [], 0
+    for rid, records in requests_of(readers, None, engine.call_types):
+        out.append(engine.score_request(rid, records, context))
+        types = {r["type"] for r in records}
+        partial += "crash" in types or "return" not in types
     if not out:
         raise ScoresUnavailable("the trace holds no request")
-    return ScoreStudy(engine.name, tuple(out))
+    _, torn = trace_tails(list(paths), readers)
+    left = ([f"a torn tail ({torn}): requests after it are lost"] if torn else []) + (
+        [f"{partial} requests crashed or never returned: the calls they would have made were never made"]
+        if partial else [])
+    return ScoreStudy(engine.name, tuple(out), tuple(left))

@@ -10,6 +10,7 @@ import pytest
 
 from badc_replay.engines import transformers as tf
 from badc_replay.scores import AGREE_TV, WITNESS_TV, ScoresUnavailable, score_study
+from badc_trace.format import TraceWriter, read_trace
 
 N = 8
 
@@ -72,3 +73,21 @@ def test_an_unexposed_request_is_not_agreement_and_a_trace_without_scores_is_unc
         score_study([calls])
     proc = replay_scores(calls)
     assert proc.returncode == 3 and "UNCHECKED: no score-level study" in proc.stderr
+
+
+def test_a_torn_trace_never_reads_as_agreement(tmp_path):
+    path = traced(tmp_path, "rep", {"repetition_penalty": 1.3})
+    assert replay_scores(path).returncode == 0
+    reader = read_trace(path)
+    torn = tmp_path / "torn.badc"
+    writer = TraceWriter(torn, engine=reader.header["engine"], build=reader.header["build"],
+                         config=reader.header.get("config"), chunk_records=20)  # many small chunks
+    for rec in reader:
+        writer.write(rec)
+    writer.close()
+    data = torn.read_bytes()
+    torn.write_bytes(data[: len(data) * 2 // 3])  # killed mid-write: the requests after the cut are lost
+    check = read_trace(torn, allow_torn_tail=True)
+    assert list(check) and check.torn_tail is not None  # some requests kept, the tail torn
+    proc = replay_scores(str(torn))
+    assert proc.returncode == 3 and "UNCHECKED: a torn tail" in proc.stderr, proc.stderr
