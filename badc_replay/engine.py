@@ -118,6 +118,9 @@ class SimulatorCheck:
     value: float
 
 
+_last_harness: list[tuple[str, Any, bool, Any]] = []  # (engine, config, speculative, harness) of the last shard
+
+
 class Engine(ABC):
     """One engine's offline and live sides (see the module docstring for the rules)."""
 
@@ -206,8 +209,10 @@ class Engine(ABC):
         made: dict[str, Any] = {}
         patches = [*applied, *([repair] if repair is not None else [])]
 
+        speculative = not arm.startswith("off")
+
         def setup() -> tuple[Callable[..., Any], Any]:
-            h = made["h"] = self.harness(cfg, speculative=not arm.startswith("off"))
+            h = made["h"] = self._reused_harness(cfg, speculative)
             undos = [load_intervention(rid).apply(h.repair_target) for rid in patches]
 
             def undo() -> None:  # the last applied first
@@ -222,10 +227,26 @@ class Engine(ABC):
                 return self.check_records(cfg, made["h"], path)
 
         header = self.trace_config(cfg, arm) | ({"applied": list(applied)} if applied else {})
-        return collect_arm(ArmSpec(cfg.id, arm, draws, campaign_seed, start, seed_arm), self.probe(), setup,
+        try:
+            res = collect_arm(ArmSpec(cfg.id, arm, draws, campaign_seed, start, seed_arm), self.probe(), setup,
                            engine=self.name, build=self.version(), level=level or self.trace_level, seal=seal,
                            trace_path=trace_path, trace_config=header, progress=progress,
                            progress_every=self.progress_every, records=check, batch=self.batch)
+        except BaseException:
+            _last_harness.clear()  # an engine that failed a draw may not serve another
+            raise
+        if "h" in made:
+            _last_harness[:] = [(self.name, cfg, speculative, made["h"])]
+        return res
+
+    def _reused_harness(self, cfg: Any, speculative: bool) -> Any:
+        """The last shard's harness when this shard runs the same config and arm kind in the same process
+        (a chain of --anytime looks), else a new one. Draws are seeded by their index, so reuse changes no
+        draw; it saves the engine's start, and vLLM allows few engines per process."""
+        if _last_harness and _last_harness[0][:3] == (self.name, cfg, speculative):
+            return _last_harness[0][3]
+        _last_harness.clear()
+        return self.harness(cfg, speculative=speculative)
 
     # -- laws (live) ------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Campaign worker: runs under an engine build's interpreter and does one job of a campaign.
 
-    python -m badc_replay.worker CONFIG.json --laws --out DIR [--seed SEED --count N]
-        exact laws of one configuration: P, the registered hypothesis law, the simulator check
+    python -m badc_replay.worker CONFIG.json [CONFIG.json ...] --laws --out DIR [--seed SEED --count N]
+        exact laws of each configuration in turn: P, the registered hypothesis law, the simulator check
         -> DIR/laws/ID.json; for a model that cannot be enumerated (a checkpoint, a path), the sealed
         pilot instead: N speculation-off draws on their own seeds (arm `off-pilot`), from whose outcomes
         the campaign freezes the event family before any decision draw
@@ -11,14 +11,17 @@
     python -m badc_replay.worker CONFIG.json --arm ARM --start S --count N --seed SEED --out DIR
         draws S .. S+N-1 of one arm (off, on, repaired, off-confirm, on-confirm), probed and traced,
         the trace replayed against the contract -> DIR/shards/ID/ARM-S.json, DIR/traces/ID/ARM-S.badc
+    python -m badc_replay.worker CONFIG.json --arm ARM --chain S:N,S:N,... [--stop FILE] ...
+        those shards in turn, with one engine start (badc run --anytime's looks), none begun once
+        FILE exists
 
 Every result file is written atomically (temporary file, then rename), so a killed worker leaves
 either a whole shard or none: the runner re-runs missing shards with the same seeds (each draw's seed
 is a function of the campaign seed, the config, the arm and the draw's index), and no draw is counted
 twice or lost. A re-run shard goes on from its last checkpoint (`TRACE.resume`, every 30 s; see
 badc_replay/arms.py), so a kill costs at most that much of each shard in flight; the shard's
-`resumed` field says how many draws it took over. Progress goes to stderr as `progress ARM DONE/TOTAL`
-(`resumed ARM DONE/TOTAL` for the draws taken over).
+`resumed` field says how many draws it took over. Progress goes to stderr as `progress ARM DONE/TOTAL
+START` (`resumed ARM DONE/TOTAL START` for the draws taken over), START naming the shard.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import json
 import os
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,9 +133,21 @@ def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, o
     return result
 
 
+def chain_arg(text: str) -> list[tuple[int, int]]:
+    """`START:COUNT,START:COUNT,...` as (start, count) pairs."""
+    try:
+        pairs = [tuple(int(x) for x in part.split(":")) for part in text.split(",")]
+    except ValueError:
+        pairs = []
+    if not pairs or any(len(p) != 2 or p[0] < 0 or p[1] <= 0 for p in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r} is not START:COUNT,... with START >= 0 and COUNT > 0")
+    return pairs  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m badc_replay.worker", description=__doc__.splitlines()[0])
-    ap.add_argument("config", help="one campaign config as a JSON file")
+    ap.add_argument("config", nargs="+", help="one campaign config as a JSON file (with --laws: one or more, "
+                                             "each's laws in turn with one engine start)")
     ap.add_argument("--out", help="the campaign folder (not with --validate)")
     ap.add_argument("--laws", action="store_true", help="compute the exact laws")
     ap.add_argument("--validate", action="store_true", help="check engine-native keywords of a list of configs")
@@ -141,8 +158,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--level", default=None, choices=LEVELS, help="default: the engine's trace level")
     ap.add_argument("--repair", default=None)
     ap.add_argument("--seal", default="", help="the campaign seal, written into each trace header")
+    ap.add_argument("--chain", type=chain_arg, default=None, metavar="START:COUNT,...",
+                    help="instead of --start/--count: shards of one arm run in turn in this process, one engine "
+                         "start for all (badc run --anytime's looks)")
+    ap.add_argument("--stop", default=None, metavar="FILE",
+                    help="with --chain: run no further shard once FILE exists (the config is decided)")
     args = ap.parse_args(argv)
-    config = json.loads(Path(args.config).read_text())
+    if len(args.config) > 1 and not (args.laws and not args.count):
+        ap.error("several configs only with --laws (and no pilot --count)")
+    configs = [json.loads(Path(path).read_text()) for path in args.config]
+    config = configs[0]
     if not args.validate and not args.out:
         ap.error("--out is required")
     out = Path(args.out or ".")
@@ -152,17 +177,32 @@ def main(argv: list[str] | None = None) -> int:
         else:
             arm = PILOT_ARM if args.laws else args.arm
 
-            def progress(done: int, resumed: bool = False) -> None:
-                word = "resumed" if resumed else "progress"
-                print(f"{word} {arm} {done}/{args.count}", file=sys.stderr, flush=True)
+            def progress_of(start: int, count: int) -> Callable[..., None]:
+                def progress(done: int, resumed: bool = False) -> None:
+                    word = "resumed" if resumed else "progress"
+                    print(f"{word} {arm} {done}/{count} {start}", file=sys.stderr, flush=True)
+                return progress
 
             if args.laws:
-                laws(config, out, seed=args.seed, pilot=args.count, progress=progress)
-                return 0
-            if args.arm is None or args.count <= 0:
-                ap.error("give --laws, or --arm with --count > 0")
-            shard(config, args.arm, args.start, args.count, args.seed, out, level=args.level, repair=args.repair,
-                  progress=progress, seal=args.seal)
+                failed = 0
+                for one in configs:
+                    try:
+                        laws(one, out, seed=args.seed, pilot=args.count, progress=progress_of(0, args.count))
+                    except Exception:  # the others' laws are still computed; the runner retries this one
+                        if len(configs) == 1:
+                            raise
+                        print(f"worker: laws of config {one.get('id')!r} failed:", file=sys.stderr)
+                        traceback.print_exc()
+                        failed += 1
+                return 1 if failed else 0
+            shards = args.chain or [(args.start, args.count)]
+            if args.arm is None or any(count <= 0 for _, count in shards):
+                ap.error("give --laws, or --arm with --count > 0 or a --chain")
+            for start, count in shards:
+                if args.stop and Path(args.stop).exists():
+                    break
+                shard(config, args.arm, start, count, args.seed, out, level=args.level, repair=args.repair,
+                      progress=progress_of(start, count), seal=args.seal)
     except NotImplementedError as e:
         print(f"worker: {e}", file=sys.stderr)
         return 3

@@ -215,12 +215,11 @@ def test_anytime_stops_a_strong_failure_at_an_early_look_and_decides_as_fixed_n(
     report = run_campaign(camp, out, workers=2, **QUIET)
     by_id = {c["id"]: c for c in report["configs"]}
     assert [lk["draws"] for lk in report["anytime"]] == [1000, 2000]
-    # min_tokens witnesses decide it at the first look: 1,000 draws per arm, and no later shard was drawn.
+    # min_tokens witnesses decide it at the first look: 1,000 draws per arm (a chain still in flight may
+    # have drawn later shards; they are not read).
     assert by_id["PAR"]["decision"] == "FAILS" and by_id["PAR"]["eligible"]
     assert by_id["PAR"]["anytime"] == {"look": 1, "of": 2, "draws": 1000, "spend": 0.5}
     assert by_id["PAR"]["draws"] == {"on": 1000, "off": 1000}
-    assert sorted(p.name for p in (out / "shards" / "PAR").glob("*.json")) == [
-        "off-0.json", "off-500.json", "on-0.json", "on-500.json"]
     # NOT_REJECTED only at the last look, on every draw.
     assert by_id["NEG"]["decision"] == "NOT_REJECTED" and by_id["NEG"]["draws"] == {"on": 2000, "off": 2000}
     assert by_id["NEG"]["anytime"]["look"] == 2
@@ -229,6 +228,48 @@ def test_anytime_stops_a_strong_failure_at_an_early_look_and_decides_as_fixed_n(
     # A rerun reuses the looks' shards and gives the same decisions.
     again = run_campaign(camp, out, workers=1, **QUIET)
     assert [c["decision"] for c in again["configs"]] == [c["decision"] for c in report["configs"]]
+
+
+def test_the_look_watcher_stops_a_decided_configs_chains(tmp_path):
+    # Under --anytime each arm's shards run as one chain in one worker; the watcher decides each look as its
+    # shards land and marks a stopped config, and a marked chain begins no further shard.
+    from badc_check.campaign.plan import Chain, discovery_jobs
+    from badc_check.campaign.watch import LookWatcher
+
+    camp = load_campaign(_write(tmp_path, CAMPAIGN.format(other="toy").replace("draws = 1500", "draws = 2000")),
+                         anytime=True)
+    out = tmp_path / "run"
+    run_campaign(camp, out, workers=2, only=["PAR", "NEG"], **QUIET)
+    jobs = {c["id"]: discovery_jobs(camp, c) for c in camp.configs if c["id"] in ("PAR", "NEG")}
+    drawn = {}
+    for js in jobs.values():  # as if only the first look had been drawn
+        for j in js[1:]:
+            if j.start >= 1000:
+                if j.output(out).exists():
+                    drawn[j.output(out)] = json.loads(j.output(out).read_text())["outcomes"]
+                j.output(out).unlink(missing_ok=True)
+    logged = []
+    with LookWatcher(jobs, out, camp, camp.m, logged.append) as watch:
+        watch.poll()
+        assert watch.stopped == {"PAR"} and watch.stop_file("PAR").exists() and not watch.stop_file("NEG").exists()
+        assert watch.evaluated == {"PAR": 1, "NEG": 1}
+        assert logged == ["PAR: FAILS at look 1 of 2 (1,000 draws per arm): its remaining shards are not needed"]
+        later = [j for j in jobs["PAR"] if j.kind == "shard" and j.arm == "on" and j.start >= 1000]
+        chain = Chain(later, watch.stop_file("PAR"))
+        cfg = out / "configs" / "PAR.json"
+        cmd = chain.command(sys.executable, cfg, out, camp.seed, "s")
+        assert cmd[cmd.index("--chain") + 1] == "1000:500,1500:500" and "--start" not in cmd
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert not any(j.output(out).exists() for j in later)
+        watch.stop_file("PAR").unlink()  # unmarked, the same chain draws both shards in one process
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0 and all(j.output(out).exists() for j in later), proc.stderr
+        # draw for draw what the campaign's own run drew there, where it did
+        for p in (j.output(out) for j in later if j.output(out) in drawn):
+            assert json.loads(p.read_text())["outcomes"] == drawn[p]
+        assert [line.split()[-1] for line in proc.stderr.splitlines() if line.endswith("/500 1000")][-1] == "1000"
+    assert not watch.stop_dir.exists()
 
 
 def test_merging_refuses_shards_that_overlap_or_leave_a_gap():
@@ -644,3 +685,29 @@ def test_variants_expand_a_config_over_models_and_prompts_before_the_seal(tmp_pa
                       ("[]", "non-empty array"), ('[{ model = "tiny:x" }]', "variant PAR-V1: .*model")):
         with pytest.raises(CampaignError, match=said):
             load_campaign(_write(tmp_path, VARIANTS.format(variants=bad), "bad.toml"))
+
+
+def test_a_laws_chain_computes_each_configs_laws_and_one_failure_leaves_the_others(tmp_path):
+    # configs on one build and model share one worker for their laws (one engine start); a config whose
+    # laws fail there fails alone, and the worker exits non-zero so that the runner retries it
+    from badc_check.campaign.plan import Chain, Job
+
+    camp = load_campaign(_write(tmp_path, CAMPAIGN.format(other="toy")))
+    good = {c["id"]: c for c in camp.configs}
+    broken = {**good["PAR"], "id": "BROKEN", "hypothesis": "H-NOT-THERE"}
+    out = tmp_path / "out"
+    (out / "configs").mkdir(parents=True)
+    for c in (broken, good["NEG"], good["PAR"]):
+        (out / "configs" / f"{c['id']}.json").write_text(json.dumps(c))
+    chain = Chain([Job(broken, "laws"), Job(good["NEG"], "laws"), Job(good["PAR"], "laws")])
+    cmd = chain.command(sys.executable, out / "configs" / "BROKEN.json", out, camp.seed, "s")
+    assert cmd[3:6] == [str(out / "configs" / f"{cid}.json") for cid in ("BROKEN", "NEG", "PAR")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 1 and "laws of config 'BROKEN' failed" in proc.stderr and "H-NOT-THERE" in proc.stderr
+    assert sorted(p.name for p in (out / "laws").iterdir()) == ["NEG.json", "PAR.json"]
+    alone = json.loads((out / "laws" / "PAR.json").read_text())
+    (out / "laws" / "PAR.json").unlink()
+    proc = subprocess.run(Job(good["PAR"], "laws").command(sys.executable, out / "configs" / "PAR.json", out,
+                                                           camp.seed, "s"), capture_output=True, text=True)
+    assert proc.returncode == 0 and json.loads((out / "laws" / "PAR.json").read_text())["reference"] == \
+        alone["reference"]

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from badc_check.campaign.plan import Job
+from badc_check.campaign.plan import Chain, Job
 from badc_check.campaign.progress import Progress
 from badc_check.campaign.spec import CampaignError
 from badc_replay.arms import env_seconds
@@ -35,7 +35,7 @@ def _watch(proc: subprocess.Popen, last: list[float], limit: float, stalled: thr
         time.sleep(min(5.0, limit / 10))
 
 
-def _run_local(job: Job, cmd: list[str], progress: Progress, log: Callable[[str], None]) -> int:
+def _run_local(job: Job | Chain, cmd: list[str], progress: Progress, log: Callable[[str], None]) -> int:
     if job.count:  # a shard, or a pilot: they draw, report progress, and can hang
         progress.begin(job.cid, job.arm)
     limit = stall_limit() if job.count else 0.0
@@ -48,8 +48,9 @@ def _run_local(job: Job, cmd: list[str], progress: Progress, log: Callable[[str]
         for line in proc.stderr:
             if line.startswith(("progress ", "resumed ")):
                 last[0] = time.monotonic()
-                progress.update(job.cid, job.arm, job.start, int(line.split()[2].split("/")[0]),
-                                resumed=line.startswith("resumed "))
+                words = line.split()  # progress ARM DONE/TOTAL START (a chain's lines name their shard)
+                progress.update(job.cid, job.arm, int(words[3]) if len(words) > 3 else job.start,
+                                int(words[2].split("/")[0]), resumed=words[0] == "resumed")
             elif "n_ctx" not in line and line.strip():
                 tail = (tail + [line.rstrip()])[-10:]
         return proc.wait()
@@ -69,16 +70,23 @@ def _ray_task(cmd: list[str]) -> int:  # runs on a Ray worker; the folder must b
     return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
 
 
-def _run_inline(job: Job, out: Path, seed: int, seal: str) -> int:
+def _run_inline(job: Job | Chain, out: Path, seed: int, seal: str) -> int:
     """In this process, with this interpreter's engine (the pytest plugin's way)."""
     from badc_replay import worker
 
     if job.kind == "laws":
-        worker.laws(job.config, out, seed=seed, pilot=job.count)
-    else:
-        worker.shard(job.config, job.arm, job.start, job.count, seed, out, level=job.level, repair=job.repair,
-                     seal=seal)
+        for j in _parts(job):
+            worker.laws(j.config, out, seed=seed, pilot=j.count)
+        return 0
+    for j in _parts(job):
+        if isinstance(job, Chain) and job.stop is not None and job.stop.exists():
+            break
+        worker.shard(j.config, j.arm, j.start, j.count, seed, out, level=j.level, repair=j.repair, seal=seal)
     return 0
+
+
+def _parts(job: Job | Chain) -> list[Job]:
+    return job.jobs if isinstance(job, Chain) else [job]
 
 
 class Executor:
@@ -101,17 +109,20 @@ class Executor:
                     "RAY_ADDRESS") else self.workers, include_dashboard=False, log_to_driver=False)
             self._remote = ray.remote(num_cpus=1)(_ray_task)
 
-    def run(self, jobs: list[tuple[Job, list[str]]], out: Path | None = None, seed: int = 0,
-            seal: str = "") -> list[int]:
+    def run(self, jobs: list[tuple[Job | Chain, list[str]]], out: Path | None = None, seed: int = 0,
+            seal: str = "", skip: Callable[[Job | Chain], bool] = lambda job: False) -> list[int]:
+        """Run the jobs (or chains of shards); `skip(job)`, asked as each would start, leaves it out (a
+        config decided meanwhile)."""
         if self.kind == "inline":
             codes = []
             for job, _ in jobs:
-                codes.append(_run_inline(job, out, seed, seal))
+                codes.append(0 if skip(job) else _run_inline(job, out, seed, seal))
                 self._finished(job, codes[-1], out)
             return codes
         if self.kind == "ray":
             import ray
 
+            jobs = [(job, cmd) for job, cmd in jobs if not skip(job)]
             for job, _ in jobs:
                 if job.count:
                     self.progress.begin(job.cid, job.arm)
@@ -123,8 +134,10 @@ class Executor:
             return codes
         from concurrent.futures import ThreadPoolExecutor
 
-        def one(item: tuple[Job, list[str]]) -> int:
+        def one(item: tuple[Job | Chain, list[str]]) -> int:
             job, cmd = item
+            if skip(job):
+                return 0
             code = _run_local(job, cmd, self.progress, self.log)
             self._finished(job, code, out)
             return code
@@ -132,8 +145,18 @@ class Executor:
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             return list(pool.map(one, jobs))
 
-    def _finished(self, job: Job, code: int, out: Path | None) -> None:
-        if job.count and code == 0:
-            self.progress.update(job.cid, job.arm, job.start, job.count, final=True)
+    def _finished(self, job: Job | Chain, code: int, out: Path | None) -> None:
+        """Count a finished job's draws; of a chain, the shards it wrote (it may stop early or fail midway)."""
+        for j in _parts(job):
+            if not j.count:
+                continue
+            if isinstance(job, Chain) and out is not None:
+                if not j.output(out).exists():
+                    with self.progress.lock:
+                        self.progress.inflight.pop((j.cid, j.arm, j.start), None)
+                    continue
+            elif code != 0:
+                continue
+            self.progress.update(j.cid, j.arm, j.start, j.count, final=True)
             if out is not None:
-                self.progress.timed(job.output(out))
+                self.progress.timed(j.output(out))

@@ -45,6 +45,53 @@ class Job:
         return cmd + (["--repair", self.repair] if self.repair else [])
 
 
+@dataclass
+class Chain:
+    """Jobs for one worker process, one engine start for all: consecutive shards of one arm (under
+    --anytime, one shard per look), which begins no further shard once `stop` exists (the runner's mark
+    that the config is decided); or the laws of configs on one model and build."""
+    jobs: list[Job]
+    stop: Path | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.jobs[0].kind
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.jobs[0].config
+
+    @property
+    def cid(self) -> str:
+        return self.jobs[0].cid
+
+    @property
+    def arm(self) -> str:
+        return self.jobs[0].arm
+
+    @property
+    def start(self) -> int:
+        return self.jobs[0].start
+
+    @property
+    def count(self) -> int:
+        return sum(j.count for j in self.jobs)
+
+    @property
+    def label(self) -> str:
+        if self.kind == "laws":
+            return f"laws of {', '.join(j.cid for j in self.jobs)}"
+        return f"shards {self.arm} {', '.join(str(j.start) for j in self.jobs)}"
+
+    def command(self, python: str, cfg_path: Path, out: Path, seed: int, seal: str = "") -> list[str]:
+        cmd = self.jobs[0].command(python, cfg_path, out, seed, seal)
+        if self.kind == "laws":  # the other configs' files lie beside the first's
+            return [*cmd[:4], *(str(cfg_path.parent / f"{j.cid}.json") for j in self.jobs[1:]), *cmd[4:]]
+        at = cmd.index("--start")
+        del cmd[at:at + 4]  # --start S --count N
+        return [*cmd, "--chain", ",".join(f"{j.start}:{j.count}" for j in self.jobs), "--stop", str(self.stop)]
+
+
 def _arm_jobs(campaign: Campaign, config: dict[str, Any], name: str, draws: int, level: str,
               repair: str | None = None, looks: bool = False) -> list[Job]:
     """Shards of `campaign.shard` draws; with `looks`, also cut at every planned look, so that each look's

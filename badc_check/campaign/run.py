@@ -21,12 +21,13 @@ from typing import Any
 from badc_check.builds import build_for
 from badc_check.campaign.executors import Executor, stall_limit
 from badc_check.campaign.merge import FolderDecision, MergedArm, anytime_decision, decide_from_folder, inconclusive
-from badc_check.campaign.plan import Job, confirmation_jobs, discovery_jobs
+from badc_check.campaign.plan import Chain, Job, confirmation_jobs, discovery_jobs
 from badc_check.campaign.progress import Progress
 from badc_check.campaign.report import report_markdown
 from badc_check.campaign.seal import check_seal, write_json
 from badc_check.campaign.spec import Campaign, CampaignError
 from badc_check.campaign.validate import validate_native
+from badc_check.campaign.watch import LookWatcher
 from badc_check.comparator import comparator_report
 from badc_check.confirmation import not_attempted
 from badc_check.decide import INCONCLUSIVE, ConfigDecision
@@ -113,9 +114,11 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     ex = Executor(executor, workers, progress, log)
 
     def run(jobs: dict[str, list[Job]], looks: bool = False) -> None:
-        """Laws first (a config without its laws cannot be decided), then every shard, retried on failure.
-        With `looks` (discovery under --anytime), shards run look by look, and a config whose look
-        decided (FAILS with eligible evidence, or VOID) runs no more of them."""
+        """Laws queued first (a config without its laws cannot be decided), then every shard, retried on
+        failure.
+        With `looks` (discovery under --anytime), each arm's shards, one per look, run in turn in one
+        worker process, and a config whose look decided (FAILS with eligible evidence, or VOID) begins
+        no more of them."""
         for cid, js in jobs.items():  # so the progress and time left are this run's
             for j in js if cid in chosen else ():
                 if j.count:  # shards, and the pilot of a model without an exact law
@@ -123,30 +126,49 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                     if j.output(out).exists():
                         progress.done[(cid, j.arm)] = progress.done.get((cid, j.arm), 0) + j.count
                         progress.timed(j.output(out))
-        waves = planned_looks(campaign.draws) if looks else [None]
-        stopped: set[str] = set()
-        for phase in () if partial else ("laws", "shard"):
-            for look in waves if phase == "shard" else [None]:
-                lo = 0 if look is None or look.index == 1 else waves[look.index - 2].draws
-                hi = campaign.draws if look is None else look.draws
-                for attempt in range(RETRIES + 1):
-                    todo = [(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed,
-                                          seal["seal"]))
-                            for cid, js in jobs.items() if cid in chosen and cid not in stopped for j in js
-                            if j.kind == phase and not j.output(out).exists()
-                            and (look is None or lo <= j.start < hi)]
-                    if not todo:
-                        break
-                    if attempt:
-                        log(f"retrying {len(todo)} failed {phase} job(s) (attempt {attempt + 1})")
-                    ex.run(todo, out, campaign.seed, seal["seal"])
-                if look is not None and look.index < look.of:
-                    for cid in set(jobs) & chosen - stopped:
-                        found = anytime_decision(jobs[cid][0].config, jobs[cid], out, campaign, campaign.m)
-                        if found is not None and found.decision.look["look"] <= look.index:
-                            stopped.add(cid)
-                            log(f"{cid}: {found.decision.decision} at look {look.index} of {look.of} "
-                                f"({look.draws:,} draws per arm): its remaining shards are not needed")
+        if partial:
+            return
+        wanted = {cid: js for cid, js in jobs.items() if cid in chosen}
+
+        def laws() -> list[Job | Chain]:
+            """Queued first; shards follow without waiting for the last of them. The laws of configs on one
+            build and model share a worker (one engine start)."""
+            left: dict[tuple[str, str], list[Job]] = {}
+            for js in wanted.values():
+                if js[0].kind == "laws" and not js[0].count and not js[0].output(out).exists():
+                    left.setdefault((pythons[js[0].cid], str(js[0].config.get("model"))), []).append(js[0])
+            return [group[0] if len(group) == 1 else Chain(group) for group in left.values()]
+        # a sealed pilot (a model without an exact law) is drawn before any decision draw, as documented
+        run_jobs(lambda: [j for js in wanted.values() for j in js
+                          if j.kind == "laws" and j.count and not j.output(out).exists()])
+        if not looks:
+            run_jobs(lambda: [*laws(), *(j for js in wanted.values() for j in js
+                                         if j.kind == "shard" and not j.output(out).exists())])
+            return
+        # --anytime: each arm's shards (one per look) in one worker process, both arms of a config side by
+        # side; the watcher decides each look as its shards land and stops the chains of decided configs
+        with LookWatcher(wanted, out, campaign, campaign.m, log) as watch:
+            def chains() -> list[Job | Chain]:
+                made: list[Job | Chain] = laws()
+                for cid, js in wanted.items():
+                    for arm in dict.fromkeys(j.arm for j in js if j.kind == "shard"):
+                        left = [j for j in js if j.kind == "shard" and j.arm == arm and not j.output(out).exists()]
+                        if left and cid not in watch.stopped:
+                            made.append(Chain(left, watch.stop_file(cid)))
+                return made
+            run_jobs(chains, skip=lambda job: job.kind == "shard" and job.cid in watch.stopped)
+
+    def run_jobs(todo: Callable[[], list[Job | Chain]],
+                 skip: Callable[[Job | Chain], bool] = lambda job: False) -> None:
+        """The jobs `todo()` names, then again those it still names (failed ones), RETRIES times at most."""
+        for attempt in range(RETRIES + 1):
+            left = todo()
+            if not left:
+                return
+            if attempt:
+                log(f"retrying {len(left)} failed job(s) (attempt {attempt + 1})")
+            ex.run([(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed, seal["seal"]))
+                    for j in left], out, campaign.seed, seal["seal"], skip=skip)
 
     reused = sum(1 for jobs in plans.values() for j in jobs if j.output(out).exists())
     run(plans, looks=campaign.anytime)

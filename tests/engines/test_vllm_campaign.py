@@ -134,6 +134,20 @@ def test_greedy_requests_skip_the_defect(tmp_path):
     on = job(config, tmp_path, "on", 500, 3)
     assert len(ref) == 1 and on["outcomes"] == {next(iter(ref)): 500}
     assert on["proposed"] > 0 and on["violations"] == 0
+    # the greedy kernel queries the one prefix per depth that decoding reaches; any other prefix a
+    # hypothesis or an on-arm record asks about is queried then, with the value the whole tree holds
+    in_subprocess(f"""
+        import numpy as np
+        from badc_replay.engines import vllm as vl
+
+        greedy = vl.Kernel(vl.ENGINE.parse_config({config!r}))
+        assert len(greedy.logprobs) == 4, sorted(greedy.logprobs)
+        tree = vl.Kernel(vl.ENGINE.parse_config({BASE!r} | {{"id": "T1"}}), greedy.llm)
+        assert len(tree.logprobs) > 1000
+        off_path = next(p for p in tree.logprobs if len(p) == 3 and p not in greedy.logprobs)
+        assert np.array_equal(greedy.row(off_path), tree.logprobs[off_path])
+        assert greedy.row((0, 1, 2, 3)) is None and greedy.row((greedy.eos, 1)) is None
+    """)
 
 
 def test_min_tokens_bonus_row_follows_the_committed_length(tmp_path):

@@ -57,30 +57,46 @@ class Kernel:
         tok = self.llm.get_tokenizer()
         self.pieces = [tok.decode([t], skip_special_tokens=True) for t in range(self.vocab)]
         self.eos = cfg.eos_id
-        self.logprobs: dict[tuple[int, ...], np.ndarray] = {}
+        self.logprobs: dict[tuple[int, ...], np.ndarray] = {}  # filled as sequential decoding reaches them
         self._fill()
 
-    def _fill(self) -> None:
-        """Query every unterminated output prefix shorter than max_tokens, one batch per depth."""
+    def _query(self, prefixes: list[tuple[int, ...]]) -> None:
+        """The raw next-token logprobs after each output prefix: one batch of one-token requests."""
         from vllm import SamplingParams
 
-        level: list[tuple[int, ...]] = [()]
+        if len(self.logprobs) + len(prefixes) > MAX_PREFIXES:
+            raise RuntimeError(f"config {self.cfg.id}: more than {MAX_PREFIXES} prefixes to query")
         params = SamplingParams(max_tokens=1, temperature=1.0, logprobs=-1, seed=0)
+        outs = self.llm.generate([{"prompt_token_ids": list(self.prompt + p)} for p in prefixes], params,
+                                 use_tqdm=False)
+        for p, o in zip(prefixes, outs, strict=True):
+            row = np.full(self.vocab, -np.inf)
+            for t, lp in o.outputs[0].logprobs[0].items():
+                row[t] = lp.logprob
+            self.logprobs[p] = row
+
+    def _fill(self) -> None:
+        """Query the output prefixes sequential decoding reaches with positive probability, one batch per
+        depth (greedy decoding reaches one per depth, so it need not query the whole tree)."""
+        level: list[tuple[int, ...]] = [()]
         for depth in range(self.cfg.max_new_tokens):
-            if len(self.logprobs) + len(level) > MAX_PREFIXES:
-                raise RuntimeError(f"config {self.cfg.id}: more than {MAX_PREFIXES} prefixes to query")
-            outs = self.llm.generate([{"prompt_token_ids": list(self.prompt + p)} for p in level], params,
-                                     use_tqdm=False)
-            nxt = []
-            for p, o in zip(level, outs, strict=True):
-                row = np.full(self.vocab, -np.inf)
-                for t, lp in o.outputs[0].logprobs[0].items():
-                    row[t] = lp.logprob
-                self.logprobs[p] = row
-                if depth + 1 < self.cfg.max_new_tokens:
-                    nxt.extend(p + (y,) for y in range(self.vocab)
-                               if y not in self.stops or depth < self.cfg.min_tokens)
-            level = nxt
+            self._query(level)
+            if depth + 1 == self.cfg.max_new_tokens:
+                break
+            masked = depth < self.cfg.min_tokens
+            level = [p + (int(y),) for p in level for y in np.flatnonzero(self.law_at(p, masked))
+                     if self.ended(p + (int(y),)) is None]
+
+    def row(self, out: tuple[int, ...]) -> np.ndarray | None:
+        """The raw next-token logprobs after output `out`, queried now if decoding never reached it (a
+        hypothesis' draft, an on-arm output); None after a stop token or at the length limit, where
+        sequential decoding asks nothing."""
+        if out not in self.logprobs:
+            m = self.cfg.min_tokens
+            if len(out) >= self.cfg.max_new_tokens or any(t in self.stops for t in out[m:]):
+                return None
+            self._query([out])
+        return self.logprobs[out]
 
     def prompt_logprob(self, head: tuple[int, ...], token: int) -> float:
         """The raw model logprob of `token` after the prompt prefix `head` (a one-token request on it)."""
@@ -99,7 +115,7 @@ class Kernel:
         """The processed law of the next token after output `out`, stop tokens masked or not, the tokens
         outside `allowed_token_ids` and each bad word's last token after its prefix masked (temperature 0:
         the argmax, as vLLM's greedy sampling)."""
-        x = self.logprobs[out].copy()
+        x = self.row(out).copy()
         x[sorted(banned(out, self.stops if masked else (), self.allowed, self.bad_words, len(x)))] = -np.inf
         if self.cfg.regex is not None:  # the grammar bitmask
             x[sorted(set(range(len(x))) - grammar.allowed(self.cfg.regex, self.text(out), self.pieces, self.eos))] = \

@@ -20,7 +20,7 @@ def check_records(trace_path: str, kernel: Kernel) -> dict[str, Any]:
         tally.start_draw(rec.get("outcome"))
         tokens = rec["tokens"]
         for j, seen in enumerate(rec.get("logprobs") or ()):
-            row = kernel.logprobs.get(tuple(tokens[:j]))
+            row = kernel.row(tuple(tokens[:j]))
             documented = None if row is None else float(row[tokens[j]])
             tally.logprob(documented, seen)
             if documented is None or seen is None or abs(seen - documented) > RECORD_TOLERANCE:
