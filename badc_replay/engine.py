@@ -212,7 +212,7 @@ class Engine(ABC):
         speculative = not arm.startswith("off")
 
         def setup() -> tuple[Callable[..., Any], Any]:
-            h = made["h"] = self._reused_harness(cfg, speculative)
+            h = made["h"] = self.process_harness(cfg, speculative)
             undos = [load_intervention(rid).apply(h.repair_target) for rid in patches]
 
             def undo() -> None:  # the last applied first
@@ -235,18 +235,17 @@ class Engine(ABC):
         except BaseException:
             _last_harness.clear()  # an engine that failed a draw may not serve another
             raise
-        if "h" in made:
-            _last_harness[:] = [(self.name, cfg, speculative, made["h"])]
         return res
 
-    def _reused_harness(self, cfg: Any, speculative: bool) -> Any:
-        """The last shard's harness when this shard runs the same config and arm kind in the same process
-        (a chain of --anytime looks), else a new one. Draws are seeded by their index, so reuse changes no
-        draw; it saves the engine's start, and vLLM allows few engines per process."""
-        if _last_harness and _last_harness[0][:3] == (self.name, cfg, speculative):
-            return _last_harness[0][3]
-        _last_harness.clear()
-        return self.harness(cfg, speculative=speculative)
+    def process_harness(self, cfg: Any, speculative: bool) -> Any:
+        """This process's harness for the config and arm kind: the last one made, when it is for the same
+        (the shards of a chain of --anytime looks), else a new one, kept for the next. Draws are seeded
+        by their index, so reuse changes no draw; it saves the engine's start, and vLLM allows few
+        engines per process."""
+        if not (_last_harness and _last_harness[0][:3] == (self.name, cfg, speculative)):
+            _last_harness.clear()
+            _last_harness.append((self.name, cfg, speculative, self.harness(cfg, speculative=speculative)))
+        return _last_harness[0][3]
 
     # -- laws (live) ------------------------------------------------------------------------------
 

@@ -67,7 +67,7 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
     out: dict[str, Any] = {}
     for cell in cells:
         if cell == "bare":
-            h = engine.harness(cfg, speculative=True)
+            h = engine.process_harness(cfg, speculative=True)  # the levels' cells after it reuse it
             step = engine.batch
             seeds = list(range(draws))
             warm = min(engine.progress_every, draws // 4)
@@ -147,15 +147,15 @@ def engine_figures(engine: str, quick: bool, folder: str) -> dict[str, Any] | No
     draws = ENGINES[engine]["draws"][0 if quick else 1]
     from badc_replay.registry import get_engine
 
-    # vLLM runs one in-process LLM per process (docs/engines/vllm.md): one process per cell there
-    per_process = get_engine(engine).batch > 1
-    cells = ["bare", *LEVELS, *(["repaired"] if "repair" in ENGINES[engine] else []), "law"]
+    cells = ["bare", *LEVELS, *(["repaired"] if "repair" in ENGINES[engine] else [])]
     fig: dict[str, Any] = {"draws": draws}
-    if per_process:
-        for cell in cells:
-            fig.update(_run_child(python, engine, draws, [cell], folder))
-    else:
+    # the loops share one harness (one engine start); vLLM's kernel needs a second in-process LLM, which
+    # its CPU kernel registration may refuse once engine modules ran (tests/engines/test_vllm_campaign.py)
+    if get_engine(engine).batch > 1:
         fig.update(_run_child(python, engine, draws, cells, folder))
+        fig.update(_run_child(python, engine, draws, ["law"], folder))
+    else:
+        fig.update(_run_child(python, engine, draws, [*cells, "law"], folder))
     fig["worker_calls"] = _worker_rate(python, engine, draws, "calls", folder)
     return fig
 
