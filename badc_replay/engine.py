@@ -118,7 +118,7 @@ class SimulatorCheck:
     value: float
 
 
-_last_harness: list[tuple[str, Any, bool, Any]] = []  # (engine, config, speculative, harness) of the last shard
+_last_harness: list[tuple[tuple[Any, ...], Any]] = []  # (engine, config, arm, patches) and the last shard's harness
 
 
 class Engine(ABC):
@@ -209,10 +209,8 @@ class Engine(ABC):
         made: dict[str, Any] = {}
         patches = [*applied, *([repair] if repair is not None else [])]
 
-        speculative = not arm.startswith("off")
-
         def setup() -> tuple[Callable[..., Any], Any]:
-            h = made["h"] = self.process_harness(cfg, speculative)
+            h = made["h"] = self.process_harness(cfg, arm, patches)
             undos = [load_intervention(rid).apply(h.repair_target) for rid in patches]
 
             def undo() -> None:  # the last applied first
@@ -237,15 +235,17 @@ class Engine(ABC):
             raise
         return res
 
-    def process_harness(self, cfg: Any, speculative: bool) -> Any:
-        """This process's harness for the config and arm kind: the last one made, when it is for the same
-        (the shards of a chain of --anytime looks), else a new one, kept for the next. Draws are seeded
-        by their index, so reuse changes no draw; it saves the engine's start, and vLLM allows few
-        engines per process."""
-        if not (_last_harness and _last_harness[0][:3] == (self.name, cfg, speculative)):
+    def process_harness(self, cfg: Any, arm: str, patches: Sequence[str] = ()) -> Any:
+        """This process's harness for the config, arm and patches: the last one made, when it is for the
+        same (the shards of a chain of --anytime looks), else a new one, kept for the next. Draws are
+        seeded by their index, so reuse changes no draw; it saves the engine's start, and vLLM allows few
+        engines per process. Keyed by arm and patches, not only by speculation: a repair may have no
+        undo, and engine state an arm leaves (llama.cpp's KV cache) must not reach another arm's trace."""
+        key = (self.name, cfg, arm, tuple(patches))
+        if not (_last_harness and _last_harness[0][0] == key):
             _last_harness.clear()
-            _last_harness.append((self.name, cfg, speculative, self.harness(cfg, speculative=speculative)))
-        return _last_harness[0][3]
+            _last_harness.append((key, self.harness(cfg, speculative=not arm.startswith("off"))))
+        return _last_harness[0][1]
 
     # -- laws (live) ------------------------------------------------------------------------------
 

@@ -67,7 +67,7 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
     out: dict[str, Any] = {}
     for cell in cells:
         if cell == "bare":
-            h = engine.process_harness(cfg, speculative=True)  # the levels' cells after it reuse it
+            h = engine.process_harness(cfg, "on")  # the levels' cells after it reuse it
             step = engine.batch
             seeds = list(range(draws))
             warm = min(engine.progress_every, draws // 4)
