@@ -43,10 +43,13 @@ def permutation_chi2(on: Mapping[str, int], off: Mapping[str, int], *, level: fl
         return Comparator(0.0, 1.0, level, False, 0)
     stat = float(_chi2(a, total, n_on, n))
     rng = np.random.default_rng(seed)
+    # numpy's "marginals" costs O(K) per draw and "count" O(n): with many outcomes against few draws (a
+    # campaign's tail of singletons) "count" is ten times faster; either samples the same law.
+    method = "count" if len(total) * 20 > n else "marginals"
     exceed = 0
     for start in range(0, permutations, 1000):
         size = min(1000, permutations - start)
-        sims = rng.multivariate_hypergeometric(total, n_on, size=size)
+        sims = rng.multivariate_hypergeometric(total, n_on, size=size, method=method)
         exceed += int((_chi2(sims, total, n_on, n) >= stat - 1e-9 * max(stat, 1)).sum())
     p = (exceed + 1) / (permutations + 1)
     return Comparator(stat, p, level, p <= level, permutations)
