@@ -210,3 +210,14 @@ def test_messages_show_text_beside_ids_and_diff_by_prefix_finds_the_planted_defe
     for flags in ([], ["--by-prefix"]):
         assert main(["diff", *flags, str(tmp_path / "empty.badc"), str(tmp_path / "empty.badc")]) == 3
         assert "UNCHECKED: nothing was compared" in capsys.readouterr().err
+
+
+def test_a_process_keeps_one_harness_per_config_arm_and_patches():
+    # a chain's shards share their arm's harness; another arm, or the same arm with a repair, gets its own
+    # (engine state and repairs without an undo must not cross arms: the KV cache did, in cee06f6)
+    c = cfg(processors=MIN_TOKENS)
+    on = ENGINE.process_harness(c, "on")
+    assert ENGINE.process_harness(c, "on") is on
+    assert ENGINE.process_harness(c, "repaired", ["toy/logical-rows"]) is not on
+    assert ENGINE.process_harness(c, "on") is not on  # one kept at a time: the last one made
+    assert ENGINE.process_harness(c, "off") is not ENGINE.process_harness(c, "on")
