@@ -238,9 +238,10 @@ class Engine(ABC):
     def process_harness(self, cfg: Any, arm: str, patches: Sequence[str] = ()) -> Any:
         """This process's harness for the config, arm and patches: the last one made, when it is for the
         same (the shards of a chain of --anytime looks), else a new one, kept for the next. Draws are
-        seeded by their index, so reuse changes no draw; it saves the engine's start, and vLLM allows few
-        engines per process. Keyed by arm and patches, not only by speculation: a repair may have no
-        undo, and engine state an arm leaves (llama.cpp's KV cache) must not reach another arm's trace."""
+        seeded by their index; a chain's next shard meets the engine state (llama.cpp's KV cache) that
+        every request after an arm's first already meets. Reuse saves the engine's start, and vLLM allows
+        few engines per process. Keyed by arm and patches, not only by speculation: a repair may have no
+        undo, and the state one arm leaves must not reach another arm's trace."""
         key = (self.name, cfg, arm, tuple(patches))
         if not (_last_harness and _last_harness[0][0] == key):
             _last_harness.clear()

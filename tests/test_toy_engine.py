@@ -218,6 +218,8 @@ def test_a_process_keeps_one_harness_per_config_arm_and_patches():
     c = cfg(processors=MIN_TOKENS)
     on = ENGINE.process_harness(c, "on")
     assert ENGINE.process_harness(c, "on") is on
-    assert ENGINE.process_harness(c, "repaired", ["toy/logical-rows"]) is not on
+    assert ENGINE.process_harness(c, "on", ["toy/logical-rows"]) is not on  # same arm, a repair applied
     assert ENGINE.process_harness(c, "on") is not on  # one kept at a time: the last one made
+    on = ENGINE.process_harness(c, "on")
+    assert ENGINE.process_harness(c, "on-confirm") is not on  # another arm with speculation
     assert ENGINE.process_harness(c, "off") is not ENGINE.process_harness(c, "on")

@@ -149,8 +149,9 @@ def engine_figures(engine: str, quick: bool, folder: str) -> dict[str, Any] | No
 
     cells = ["bare", *LEVELS, *(["repaired"] if "repair" in ENGINES[engine] else [])]
     fig: dict[str, Any] = {"draws": draws}
-    # the loops share one harness (one engine start); vLLM's kernel needs a second in-process LLM, which
-    # its CPU kernel registration may refuse once engine modules ran (tests/engines/test_vllm_campaign.py)
+    # the on arm's loops share one harness (one engine start; a repaired arm gets its own); vLLM's kernel
+    # needs a second in-process LLM, which its CPU kernel registration may refuse once engine modules ran
+    # (tests/engines/test_vllm_campaign.py)
     if get_engine(engine).batch > 1:
         fig.update(_run_child(python, engine, draws, cells, folder))
         fig.update(_run_child(python, engine, draws, ["law"], folder))
