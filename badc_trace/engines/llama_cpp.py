@@ -89,15 +89,16 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         req = _Request(next(self._ids), api)
         self._local.req = req
         self.sink.count("requests")
-        prompt = arguments.get("prompt", arguments.get("tokens"))
-        if isinstance(prompt, str):
-            prompt = instance.tokenize(prompt.encode(), add_bos=False, special=False)
-        req.prompt = [int(t) for t in prompt]
-        self._vocab(getattr(instance, "model_path", "model"), lambda: _pieces(instance))
-        params = {k: v for k, v in arguments.items()
-                  if k not in ("self", "prompt", "tokens", "logits_processor", "stopping_criteria", "grammar")
-                  and isinstance(v, int | float | str | bool | type(None))}
-        self.sink.emit({"type": "request", "req": req.id, "api": api, "prompt": req.prompt, "params": params})
+        if self.sink.recording:  # level counts writes no request record: no tokenizing on the hot path
+            prompt = arguments.get("prompt", arguments.get("tokens"))
+            if isinstance(prompt, str):
+                prompt = instance.tokenize(prompt.encode(), add_bos=False, special=False)
+            req.prompt = [int(t) for t in prompt]
+            self._vocab(getattr(instance, "model_path", "model"), lambda: _pieces(instance))
+            params = {k: v for k, v in arguments.items()
+                      if k not in ("self", "prompt", "tokens", "logits_processor", "stopping_criteria", "grammar")
+                      and isinstance(v, int | float | str | bool | type(None))}
+            self.sink.emit({"type": "request", "req": req.id, "api": api, "prompt": req.prompt, "params": params})
         self._wrap_callbacks(arguments, instance)
         return req
 
@@ -248,7 +249,7 @@ class _RecordingStops(list):
         result = bool(self.inner(input_ids, logits))
         probe, req = self.probe, self.probe._req
         probe.sink.count("stop_checks")
-        if req is not None:
+        if req is not None and probe.sink.recording:
             probe.sink.emit({"type": "stop_check", "req": req.id, "ids": [int(t) for t in input_ids],
                              "where": "generate" if req.in_generate else "postcheck", "result": result,
                              "sample_idx": req.sample_idx})

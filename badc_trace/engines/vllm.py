@@ -237,6 +237,9 @@ class VllmInstrumentor(BaseInstrumentor):
         params = args[1] if len(args) > 1 else kwargs.pop("sampling_params", None)
         single = isinstance(prompts, str | dict)
         prompts = [prompts] if single else list(prompts)
+        if not self.sink.recording:  # level counts: no records, so no tags, clones or encodes per request
+            return self._generate_counted(wrapped, len(prompts), (prompts[0] if single else prompts, params,
+                                                                  *args[2:]), kwargs)
         if params is None:
             params = instance.get_default_sampling_params()
         plist = list(params) if isinstance(params, list | tuple) else [params] * len(prompts)
@@ -274,6 +277,18 @@ class VllmInstrumentor(BaseInstrumentor):
                 rec.update(_stop_texts(tok, rec["tokens"], out.outputs[0].text, p))
             self.sink.emit(rec)
         return outs
+
+    def _generate_counted(self, wrapped: Any, n: int, args: tuple, kwargs: dict) -> Any:
+        self.sink.count("requests", n)
+        self._local.req = _Request(-1)  # marks the outermost call
+        try:
+            return wrapped(*args, **kwargs)
+        except Exception as e:
+            for _ in range(n):
+                self._crash(None, "caller", e)
+            raise
+        finally:
+            self._local.req = None
 
     def _generate_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """`AsyncLLM.generate`, what `vllm serve` calls per request: tag the request like LLM.generate's
@@ -336,7 +351,7 @@ class VllmInstrumentor(BaseInstrumentor):
         step = self._local.step = _Step(instance, spec)
         step.grammar_masks, self._local.grammar = getattr(self._local, "grammar", None), None
         committed = {rid: len(instance.requests[rid].output_token_ids) for rid in instance.input_batch.req_ids
-                     if rid in instance.requests}
+                     if rid in instance.requests} if self.sink.recording else {}
         try:
             out = wrapped(*args, **kwargs)
         finally:
@@ -351,10 +366,18 @@ class VllmInstrumentor(BaseInstrumentor):
         runner = step.runner
         sampled = out.sampled_token_ids.tolist()
         ndrafts = step.spec.num_draft_tokens if step.spec is not None else [0] * len(sampled)
+        rids = runner.input_batch.req_ids
+        ns = [ndrafts[i] if i < len(ndrafts) else 0 for i in range(len(rids))]
+        self.sink.count("proposed", sum(ns))
+        self.sink.count("accepted", sum(max(0, sum(1 for t in sampled[i] if t >= 0) - 1)
+                                        for i, n in enumerate(ns) if n))
+        self.sink.count("processor_calls", sum(ns) + len(ns))
+        if not self.sink.recording:
+            return
         drafts_flat = step.spec.draft_token_ids.tolist() if step.spec is not None else []
         at = row = 0  # the request's first draft row among the step's drafts, its first logits row
-        for i, rid in enumerate(runner.input_batch.req_ids):
-            n = ndrafts[i] if i < len(ndrafts) else 0
+        for i, rid in enumerate(rids):
+            n = ns[i]
             rows, row = (row, row + n + 1), row + n + 1
             drafts = drafts_flat[at:at + n]
             verify = step.verify_masks[at:at + n] if step.verify_masks is not None else [[] for _ in drafts]
@@ -363,13 +386,9 @@ class VllmInstrumentor(BaseInstrumentor):
             state = runner.requests.get(rid)
             req = (state.sampling_params.extra_args or {}).get(KEY) if state is not None and \
                 state.sampling_params is not None else None
-            produced = [int(t) for t in sampled[i] if t >= 0]
-            accepted = max(0, len(produced) - 1) if n else 0
-            self.sink.count("proposed", n)
-            self.sink.count("accepted", accepted)
-            self.sink.count("processor_calls", n + 1)
             if req is None:
                 continue
+            produced = [int(t) for t in sampled[i] if t >= 0]
             final = step.final_masks[i] if step.final_masks is not None and i < len(step.final_masks) else []
             rec = {"type": "step", "req": req, "committed": committed.get(rid), "drafts": drafts,
                    "verify_masked": verify, "verify_temperature": temps, "final_masked": final,
@@ -378,7 +397,7 @@ class VllmInstrumentor(BaseInstrumentor):
                 rec["grammar_masked"] = step.grammar_masks[rows[0]:rows[1]]
             if CHILD.match(rid):  # completion i of a request with n > 1: which one (other ids vary run to run)
                 rec["engine_req"] = rid
-            if req in self._pending and self.sink.recording:
+            if req in self._pending:
                 self._pending[req].append(rec)
             else:
                 self.sink.emit(rec)

@@ -116,6 +116,11 @@ def test_probe_records_calls_and_uninstrument_restores_everything(tmp_path):
             assert len(np.frombuffer(r["scores_in"], np.float32)) == 10
     assert kinds["request"] == kinds["return"] == 50 and kinds["draft"] > 0 and kinds["kv_rm"] > 0
     assert kinds["processor"] == kinds["sample"] and res.counters["proposed"] == res.proposed > 0
+    # level counts takes a shorter path (no records, no prompt ids): the same counters, draw for draw
+    # (both after the same draws: the reused Llama's first request rewinds a KV cache that is warm now)
+    counted = lcp.ENGINE.collect(c, "on", 50, 3, level="counts").counters
+    recorded = lcp.ENGINE.collect(c, "on", 50, 3, trace_path=str(tmp_path / "t2.badc"), level="calls").counters
+    assert counted == recorded and counted["accepted"] > 0 and counted["kv_removals"] > 0, (counted, recorded)
     again = replay_trace(str(trace))
     assert again.violations > 0 and again.to_dict() == res.contract
 

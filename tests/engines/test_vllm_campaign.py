@@ -185,7 +185,13 @@ def test_probes_uninstrument_restores_everything_and_check_versions(tmp_path):
         from badc_trace.instrument import UnsupportedVersionError
 
         trace = {str(tmp_path / "t.badc")!r}
-        res = vl.ENGINE.collect(vl.ENGINE.parse_config({BASE | {"id": "p"}!r}), "on", 30, 3, trace_path=trace)
+        # greedy: draw for draw the same in the two collections below (random sampling is not, through
+        # the temperature defect's uninitialized memory); one config, one LLM (see docs/engines/vllm.md)
+        greedy = vl.ENGINE.parse_config({BASE | {"id": "p", "sampling": {"temperature": 0.0}}!r})
+        res = vl.ENGINE.collect(greedy, "on", 30, 3, trace_path=trace)
+        # level counts takes a shorter path (no tags, no records): the same counters as level calls
+        counted = vl.ENGINE.collect(greedy, "on", 30, 3, level="counts").counters
+        assert counted == res.counters and counted["accepted"] > 0, (counted, res.counters)
         from vllm.entrypoints.llm import LLM
         from vllm.v1.sample import rejection_sampler as rs
         from vllm.v1.sample.sampler import Sampler
@@ -220,6 +226,22 @@ def test_probes_uninstrument_restores_everything_and_check_versions(tmp_path):
             probe.instrument()
         assert not probe.is_instrumented
     """)
+
+
+def test_an_llm_started_after_llvmlite_is_imported_fails_in_vllms_kernel_rebinding():
+    # Finding 4 (findings/vllm-0.32.0): vLLM's CPU start-up (`_rebind_kernels`) reads `vars(value).get`
+    # of every module-level object, and llvmlite's `ffi.lib` answers `__dict__` with a function wrapper.
+    # The ngram proposer imports numba, hence llvmlite, so a second LLM after a speculative one fails
+    # too: a process holds one speculative config's LLM. Fails when upstream fixes it.
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import llvmlite.binding
+        from badc_trace.tiny import default_seed
+        from badc_trace.tiny import vllm as tiny
+        tiny.load(default_seed("vllm"))
+    """)], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "'_lib_fn_wrapper' object has no attribute 'get'" in proc.stderr, proc.stderr[-2000:]
+    assert "_rebind_kernels" in proc.stderr
 
 
 def test_contract_check_names_call_prefix_expected_and_seen():

@@ -9,6 +9,7 @@ seed (badc's `tiny`, the same weights), prompt `abcdabcdab`, `max_tokens=4`, and
     python repro.py expand            # draft rows divided by uninitialized memory (vllm#55005)
     python repro.py bonus-min-tokens  # the bonus row's min_tokens mask counts committed tokens only
     python repro.py hang              # after a failed step, the next LLM.generate() never returns
+    python repro.py llvmlite          # LLM() fails once llvmlite.binding is imported (numba; a past ngram LLM)
     python repro.py all [--draws N]
 
 Each arm runs in its own process (one in-process LLM per process). Speculative decoding is meant to leave
@@ -248,6 +249,29 @@ def _hang(model: str) -> None:
     os._exit(0)  # the engine thread never ends
 
 
+def llvmlite(model: str) -> None:
+    print("## llvmlite: LLM() fails once llvmlite.binding is imported (numba, or an earlier ngram LLM)\n")
+    for how in ("second", "import"):
+        proc = subprocess.run([sys.executable, __file__, "_llvmlite", model, how], capture_output=True, text=True,
+                              timeout=600)
+        lines = [x.removeprefix("[rank0]: ") for x in (proc.stdout + proc.stderr).splitlines()]
+        lines = [x for x in lines if x.startswith(("ok", "AttributeError"))]
+        print(f"- {how}: {lines[-1] if lines else proc.stderr[-1500:]}")
+    print()
+
+
+def _llvmlite(model: str, how: str) -> None:
+    from vllm import SamplingParams
+
+    if how == "import":
+        import llvmlite.binding  # noqa: F401  what numba imports
+        load(model, None)
+    else:  # the ngram proposer imports numba, so a second LLM in the process meets llvmlite
+        load(model, NGRAM).generate([PROMPT], SamplingParams(max_tokens=4), use_tqdm=False)
+        load(model, None)
+    print("ok: the LLM started", flush=True)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_arm":
         model, spec, draws, seed0, params, fixed = sys.argv[2:8]
@@ -256,8 +280,11 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_hang":
         _hang(sys.argv[2])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "_llvmlite":
+        _llvmlite(sys.argv[2], sys.argv[3])
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("case", choices=["expand", "bonus-min-tokens", "hang", "all"])
+    ap.add_argument("case", choices=["expand", "bonus-min-tokens", "hang", "llvmlite", "all"])
     ap.add_argument("--draws", type=int, default=20000, help="draws per arm (default 20,000)")
     args = ap.parse_args()
     import vllm
@@ -272,6 +299,8 @@ def main() -> None:
             bonus_min_tokens(model, args.draws)
         if args.case in ("hang", "all"):
             hang(model)
+        if args.case in ("llvmlite", "all"):
+            llvmlite(model)
 
 
 if __name__ == "__main__":
