@@ -162,12 +162,14 @@ def engine_figures(engine: str, quick: bool, folder: str) -> dict[str, Any] | No
 
 
 def workers_figures(quick: bool, folder: str) -> dict[str, float]:
-    """1 against 2 local workers on a toy campaign of 4 shards (engine-free, runs everywhere)."""
+    """1 against 2 local workers on a toy campaign of 8 shards (engine-free, runs everywhere). Its serial
+    parts (worker start-up, the comparator's permutations, the report) are about 2 s, so the draws are
+    sized to take most of the time, as in a real campaign."""
     from badc_check.campaign import load_campaign, run_campaign
 
-    n = 8000 if quick else 40000
+    n = 16000 if quick else 80000
     path = Path(folder) / "workers.toml"
-    path.write_text(f'[campaign]\nname = "bench"\ndraws = {n}\nshard = {n // 2}\nseed = 1\n'
+    path.write_text(f'[campaign]\nname = "bench"\ndraws = {n}\nshard = {n // 4}\nseed = 1\n'
                     '[defaults]\nengine = "toy"\nbuild = "0.1.0"\n[[config]]\nid = "A"\n'
                     'processors = [{ name = "min_tokens", min_tokens = 3 }]\n')
     times = {}
@@ -261,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             summary.append(f"{engine} counts {r['counts']:.2f} full+replay {fig['full_with_replay'] / bare:.2f} "
                            f"worker {worker:.2f}" + ("" if repaired is None else f" repaired {repaired:.2f}"))
         w = figures["workers"] = workers_figures(args.quick, folder)
-        print(f"\nlocal workers (toy campaign, 2 shards): 1 worker {w['one_s']:.1f} s, 2 workers {w['two_s']:.1f} s: "
+        print(f"\nlocal workers (toy campaign, 8 shards): 1 worker {w['one_s']:.1f} s, 2 workers {w['two_s']:.1f} s: "
               f"{w['speedup']:.2f}x")
         d = figures["decision"] = decision_figures()
         print(f"one channel-S decision, {d['events']:,} events, 200,000 draws per arm: {d['decision_s']:.2f} s")
