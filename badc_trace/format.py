@@ -61,10 +61,6 @@ class TornTail:
     reason: str
 
 
-def _pack(record: Mapping[str, Any]) -> bytes:
-    return msgpack.packb(record, use_bin_type=True)
-
-
 class TraceWriter:
     """Appends records; flushes whole chunks so a crash loses at most the chunk being filled.
 
@@ -105,6 +101,7 @@ class TraceWriter:
             self._file.truncate(resume_at[0])
             self._file.seek(resume_at[0])
         self._cctx = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        self._packer = msgpack.Packer(use_bin_type=True)  # one for every record: packb makes one per call
         self._buf: list[bytes] = []
         self._buf_bytes = 0
         self._chunk_bytes = chunk_bytes
@@ -131,7 +128,7 @@ class TraceWriter:
     def write(self, record: Mapping[str, Any]) -> None:
         if self._file.closed:
             raise ValueError(f"trace {self.path} is closed")
-        packed = _pack(record)
+        packed = self._packer.pack(record)
         if len(packed) > MAX_RAW_CHUNK // 2:
             raise ValueError(f"record of {len(packed)} bytes exceeds the trace limit")
         if self._buf_bytes + len(packed) > self._chunk_bytes and self._buf:

@@ -79,8 +79,8 @@ _LEAVES = frozenset({int, float, str, bytes, bool, type(None)})
 
 def plain(obj: Any) -> Any:
     """numpy scalars and arrays (which engines hand back inside their results) as msgpack-able values."""
-    if isinstance(obj, dict):
-        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, dict):  # a record: most values are leaves already (no call per value then)
+        return {k if type(k) is str else str(k): v if type(v) in _LEAVES else plain(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         if all(type(v) in _LEAVES for v in obj):  # token ids, most of a record: no call per element
             return list(obj)
