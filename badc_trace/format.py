@@ -184,17 +184,24 @@ class TraceWriter:
         self.close()
 
 
+_CONTAINERS = frozenset({dict, list})  # what msgpack unpacks maps and arrays to
+
+
 def _check_depth(obj: Any, path: str, offset: int) -> None:
-    # Iterative, so a deep record cannot exhaust the interpreter's stack.
-    stack = [(obj, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise TraceFormatError(path, offset, f"record nested deeper than {MAX_DEPTH} levels")
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
+    # Level by level and without recursion, so a deep record cannot exhaust the interpreter's stack;
+    # only containers go on to the next level (a record's token-id lists are most of its values).
+    level = [obj] if isinstance(obj, dict | list) else []
+    depth = 1
+    while level:
+        nxt: list[Any] = []
+        for item in level:
+            values = item.values() if isinstance(item, dict) else item
+            if values and depth == MAX_DEPTH:  # its values sit one level deeper than the limit
+                raise TraceFormatError(path, offset, f"record nested deeper than {MAX_DEPTH} levels")
+            if not _CONTAINERS.isdisjoint(map(type, values)):  # in C: most values are leaves
+                nxt += [v for v in values if isinstance(v, dict | list)]
+        level = nxt
+        depth += 1
 
 
 class TraceReader:

@@ -170,6 +170,25 @@ def test_hostile_inputs_fail_clearly(tmp_path, name, blob, fragment):
     assert str(path) in str(err.value)
 
 
+@pytest.mark.parametrize("leaf", [0, [], {}, [1, {"a": 2}]])
+def test_nesting_is_read_up_to_the_limit_and_refused_one_level_past_it(tmp_path, leaf):
+    """The record is level 1 and its list "v" level 2, so 29 wrapping lists put a scalar leaf at level 32
+    (read) and 30 at 33 (refused), whatever the leaf is and wherever in a wide record the deep value sits."""
+    def record(n):
+        return {"type": "x", "ids": list(range(50)), "v": [1, "a", functools.reduce(lambda a, _: [a], range(n), leaf)]}
+
+    deepest = 29 if leaf in (0, [], {}) else 27  # [1, {"a": 2}] adds two levels of its own
+    for n, ok in ((deepest - 1, True), (deepest, True), (deepest + 1, False)):
+        path = tmp_path / f"d{n}.badc"
+        path.write_bytes(_chunk(HEADER) + _chunk(msgpack.packb(record(n))) +
+                         _chunk(msgpack.packb({"type": "end", "records": 2})))
+        if ok:
+            _consume(path)
+        else:
+            with pytest.raises(TraceFormatError, match="nested deeper than 32"):
+                _consume(path)
+
+
 def test_hostile_error_names_the_bad_chunk_offset(tmp_path):
     good = _chunk(HEADER)
     path = tmp_path / "h.badc"
