@@ -82,7 +82,7 @@ def plain(obj: Any) -> Any:
     if isinstance(obj, dict):  # a record: most values are leaves already (no call per value then)
         return {k if type(k) is str else str(k): v if type(v) in _LEAVES else plain(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        if all(type(v) in _LEAVES for v in obj):  # token ids, most of a record: no call per element
+        if _LEAVES.issuperset(map(type, obj)):  # token ids, most of a record: no call per element (in C)
             return list(obj)
         return [plain(v) for v in obj]
     if isinstance(obj, np.generic):
