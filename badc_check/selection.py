@@ -102,7 +102,7 @@ def select_confirmations(configs: Sequence[Mapping[str, Any]],
             else:
                 not_attempted[c["id"]] = (f"one attempt per cause and build: {repair} on {engine}-{build}"
                                           + (f" (stratum {stratum})" if stratum else "")
-                                          + f" is confirmed through {chosen} (higher priority)")
+                                          + f" is attempted through {chosen} (higher priority), whatever its result")
     return Selection(tuple(sorted(attempts, key=order.__getitem__)), not_attempted,
                      tuple(sorted(pending, key=order.__getitem__)))
 

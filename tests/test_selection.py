@@ -38,7 +38,7 @@ def test_one_attempt_per_cause_and_build_chosen_by_priority_among_qualifying_fai
     # B outranks A (priority 0 before roster order); on build 2, C is incompatible, so E confirms "fix"
     # and D its own cause.
     assert sel.attempts == ("B", "D", "E") and sel.pending == ()
-    assert "confirmed through B" in sel.not_attempted["A"]
+    assert "attempted through B" in sel.not_attempted["A"]
     assert "incompatible with its hypothesis H" in sel.not_attempted["C"]
     assert confirmation_m(configs) == 3  # (fix, 1), (fix, 2), (other, 2): fixed at the seal
 
@@ -111,7 +111,7 @@ def test_each_stratum_of_a_comparison_gets_its_own_attempt_per_cause_and_build()
          "R2": _decision("fails", 2)}
     sel = select_confirmations(configs, d)
     assert sel.attempts == ("D2", "R1")  # the directed stratum falls back to D2; R1 outranks R2
-    assert "(stratum random) is confirmed through R1" in sel.not_attempted["R2"]
+    assert "(stratum random) is attempted through R1" in sel.not_attempted["R2"]
     assert confirmation_m(configs) == 2
     assert confirmation_m([{k: v for k, v in c.items() if k != "stratum"} for c in configs]) == 1
 
