@@ -134,6 +134,13 @@ def test_a_config_is_decided_from_its_on_and_off_arms_while_its_repair_arms_are_
     assert set(early.arms) == {"on", "off"} and early.decision.repair is None
     assert (early.decision.decision, early.decision.D) == (par["decision"], par["D"])
     assert early.decision.to_dict()["contract"] == par["contract"]
+    # the partial report lists it as pending (its confirmation is not done, so neither is the config),
+    # with its final discovery decision beside, and never as confirmed
+    partial = run_campaign(campaign, out, partial=True, **QUIET)
+    assert "PAR" not in [c["id"] for c in partial["configs"]]
+    (pend,) = [p for p in partial["pending"] if p["id"] == "PAR"]
+    assert pend["discovery"] == f"FAILS, D {par['D']:.4f}" and pend["draws"]["repaired"].startswith("0/")
+    assert f"| FAILS, D {par['D']:.4f} |" in (out / "report-partial.md").read_text()
     # Delta B on the confirmation arms: no records, so every weight is one; level alpha / confirm_m
     db = par["repair"]["delta_b"]
     assert db["weights"] == "ones" and db["level"] == pytest.approx(0.05 / report["confirm_m"])

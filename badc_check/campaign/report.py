@@ -113,10 +113,11 @@ def report_markdown(report: dict[str, Any]) -> str:
                          + metric)
     if report.get("pending"):
         lines += ["", "## Pending (jobs not all done)", "",
-                  "| config | laws | draws done per arm | not done in this run (the next run retries) |",
-                  "|---|---|---|---|"]
+                  "| config | laws | draws done per arm | not done in this run (the next run retries) | discovery "
+                  "(final; its confirmation is not) |",
+                  "|---|---|---|---|---|"]
         lines += [f"| {p['id']} | {'done' if p['laws'] else 'pending'} | "
                   + (", ".join(f"{arm} {n}" for arm, n in p["draws"].items()) or "-")
-                  + f" | {p['failed'] or p.get('waiting') or '-'} |"
+                  + f" | {p['failed'] or p.get('waiting') or '-'} | {p.get('discovery', '-')} |"
                   for p in report["pending"]]
     return "\n".join(lines) + "\n"
