@@ -255,10 +255,11 @@ def test_the_look_watcher_stops_a_decided_configs_chains(tmp_path):
                 if j.output(out).exists():
                     drawn[j.output(out)] = json.loads(j.output(out).read_text())["outcomes"]
                 j.output(out).unlink(missing_ok=True)
-    logged = []
-    with LookWatcher(jobs, out, camp, camp.m, logged.append) as watch:
+    logged, told = [], []
+    with LookWatcher(jobs, out, camp, camp.m, logged.append, on_stop=told.append) as watch:
         watch.poll()
         assert watch.stopped == {"PAR"} and watch.stop_file("PAR").exists() and not watch.stop_file("NEG").exists()
+        assert told == ["PAR"]  # the progress settles its arms: their later shards leave the time left
         assert watch.evaluated == {"PAR": 1, "NEG": 1}
         assert logged == ["PAR: FAILS at look 1 of 2 (1,000 draws per arm): its remaining shards are not needed"]
         later = [j for j in jobs["PAR"] if j.kind == "shard" and j.arm == "on" and j.start >= 1000]
@@ -645,6 +646,19 @@ def test_progress_shows_the_campaign_share_and_time_left(monkeypatch, tmp_path):
     clock[0] += 60
     p.update("A", "on", 500, 420)  # 120 draws in 60 s
     assert "920/1,000 2 draws/s |" in lines[-1]
+    # A config stopped at an early look (--anytime): its arms' later shards leave the total and the time
+    # left; a shard of it still running counts when it lands. 2 workers at 0.05 s per draw, 1,000 left.
+    p = camp.Progress(log=lines.append, totals={("A", "on"): 8000, ("A", "off"): 8000, ("B", "on"): 2000},
+                      done={("A", "on"): 1000, ("A", "off"): 1000, ("B", "on"): 1000}, workers=2)
+    p.timed(tmp_path / "on.json")
+    p.begin("B", "on")
+    p.update("A", "on", 1000, 500)
+    p.settle("A")
+    clock[0] += 10
+    p.update("B", "on", 1000, 0)
+    assert lines[-1].endswith("| campaign 77.8% of 4,500, ~25 s left")
+    p.update("A", "on", 1000, 1000, final=True)
+    assert lines[-1].endswith("| campaign 80.0% of 5,000, ~25 s left") and "2,000/2,000" in lines[-1]
 
 
 VARIANTS = """

@@ -31,6 +31,16 @@ class Progress:
     shard_s: float = 0.0  # worker-seconds of every finished shard, earlier runs' included,
     shard_draws: int = 0  # and the draws they timed
     arm_timed: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)  # the same, per arm
+    settled: set[tuple[str, str]] = field(default_factory=set)  # arms decided early: what is drawn is all
+
+    def settle(self, cid: str, arms: tuple[str, ...] = ("on", "off")) -> None:
+        """A config decided at an early look (--anytime) draws none of its arms' later shards: they leave
+        the roster's total and the time left (a shard still running finishes and counts)."""
+        with self.lock:
+            self.settled.update((cid, arm) for arm in arms if (cid, arm) in self.totals)
+
+    def _total(self, key: tuple[str, str]) -> int:
+        return self._drawn(key) if key in self.settled else self.totals.get(key, 0)
 
     def begin(self, cid: str, arm: str) -> None:
         with self.lock:
@@ -80,7 +90,7 @@ class Progress:
         return self.done.get(key, 0) + sum(v for (c, a, _), v in self.inflight.items() if (c, a) == key)
 
     def _show(self, key: tuple[str, str]) -> None:
-        total = self.totals.get(key, 0)
+        total = self._total(key)
         n = self._drawn(key)
         now = time.monotonic()
         elapsed = max(now - self.started[key], 1e-9)
@@ -94,7 +104,7 @@ class Progress:
         runs' included (arms differ in cost several-fold: a repaired arm can take three times the
         campaign's mean, and this run's rate alone misleads after a restart in a slow arm), or else at
         this run's rate so far."""
-        total = sum(self.totals.values())
+        total = sum(self._total(key) for key in self.totals)
         done = sum(self.done.values()) + sum(self.inflight.values())
         if not total or self.t0 is None:
             return ""
@@ -102,7 +112,8 @@ class Progress:
         if self.workers and self.shard_draws > 0 and self.shard_s > 0:
             mean = self.shard_s / self.shard_draws
             s = 0.0
-            for key, n in self.totals.items():
+            for key in self.totals:
+                n = self._total(key)
                 arm_s, arm_draws = self.arm_timed.get(key, (0.0, 0))
                 s += max(n - self._drawn(key), 0) * (arm_s / arm_draws if arm_s > 0 and arm_draws > 0 else mean)
             s /= self.workers

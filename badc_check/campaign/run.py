@@ -147,7 +147,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             return
         # --anytime: each arm's shards (one per look) in one worker process, both arms of a config side by
         # side; the watcher decides each look as its shards land and stops the chains of decided configs
-        with LookWatcher(wanted, out, campaign, campaign.m, log) as watch:
+        with LookWatcher(wanted, out, campaign, campaign.m, log, on_stop=progress.settle) as watch:
             def chains() -> list[Job | Chain]:
                 made: list[Job | Chain] = laws()
                 for cid, js in wanted.items():

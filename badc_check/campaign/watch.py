@@ -24,8 +24,9 @@ class LookWatcher:
     """A thread that decides the configs look by look as their shards land (a context manager)."""
 
     def __init__(self, jobs: dict[str, list[Job]], out: Path, campaign: Campaign, m: int,
-                 log: Callable[[str], None]):
+                 log: Callable[[str], None], on_stop: Callable[[str], None] = lambda cid: None):
         self.jobs, self.out, self.campaign, self.m, self.log = jobs, out, campaign, m, log
+        self.on_stop = on_stop  # told each config it stops
         self.looks = planned_looks(campaign.draws)
         self.stop_dir = out / ".stop"
         self.evaluated = dict.fromkeys(jobs, 0)  # looks decided so far (none stopped)
@@ -74,6 +75,7 @@ class LookWatcher:
                 if should_stop(found.decision):
                     self.stopped.add(cid)
                     self.stop_file(cid).touch()
+                    self.on_stop(cid)
                     self.log(f"{cid}: {found.decision.decision} at look {look.index} of {look.of} "
                              f"({look.draws:,} draws per arm): its remaining shards are not needed")
                     break
