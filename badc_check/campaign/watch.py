@@ -41,6 +41,7 @@ class LookWatcher:
     def __enter__(self) -> LookWatcher:
         shutil.rmtree(self.stop_dir, ignore_errors=True)  # an earlier run's marks
         self.stop_dir.mkdir(parents=True)
+        self.poll()  # configs an earlier run decided are stopped before any chain is made, not a shard later
         self._thread.start()
         return self
 
