@@ -28,6 +28,9 @@ class Look:
     def to_dict(self) -> dict[str, float | int]:
         return {"look": self.index, "of": self.of, "draws": self.draws, "spend": self.spend}
 
+    def __str__(self) -> str:
+        return f"look {self.index} of {self.of} ({self.draws:,} draws per arm)"
+
 
 def planned_looks(n: int, min_first: int = MIN_FIRST) -> list[Look]:
     """The looks for n draws per arm, in order; a single look (fixed n) when n < 2 min_first."""

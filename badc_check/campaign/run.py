@@ -229,7 +229,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                 pending[-1]["waiting"] = "its confirmation is selected once every config of its build is decided"
             if cid in found:  # its discovery is decided; only its confirmation is not done (or not selected)
                 f = found[cid]
-                at = f" at look {f.look.index} of {f.look.of} ({f.look.draws:,} draws per arm)" if f.look else ""
+                at = f" at {f.look}" if f.look else ""
                 pending[-1]["discovery"] = f"{f.decision.decision}{at}, D {f.decision.D:.4f}"
             if why and cid not in unbuilt:  # not decided: the next run retries them, so it is listed as pending
                 log(f"{cid}: {why}; still pending, the next run retries them")

@@ -77,6 +77,5 @@ class LookWatcher:
                     self.stopped.add(cid)
                     self.stop_file(cid).touch()
                     self.on_stop(cid)
-                    self.log(f"{cid}: {found.decision.decision} at look {look.index} of {look.of} "
-                             f"({look.draws:,} draws per arm): its remaining shards are not needed")
+                    self.log(f"{cid}: {found.decision.decision} at {look}: its remaining shards are not needed")
                     break
