@@ -9,6 +9,7 @@ upper bound <= 1e-4.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -54,6 +55,19 @@ def bounds_for_confirmation(family: EventFamily, frozen: Sequence[str]) -> int:
     """Per frozen event: L_on, U_off (recurrence), U_rep, L_rep, L_off (gap); one witness-rate bound;
     and the fresh off arm's calibration over the full family."""
     return 5 * len(frozen) + 1 + len(family)
+
+
+# the fewest bounds a confirmation can have: one frozen event in a family of two (an event and its complement)
+LEAST_BOUNDS = 5 * 1 + 1 + 2
+
+
+def least_confirm_draws(alpha: float, m: int) -> int:
+    """The fewest draws per repaired arm with which any repair can be confirmed at `alpha` over `m`
+    attempts: with fewer, even a repaired arm without a single witness has a witness-rate upper bound
+    above WITNESS_LIMIT, so every attempt ends "not confirmed" whatever the repair does. Taken at the
+    loosest tail a confirmation can have (LEAST_BOUNDS), so a real family needs at least this many."""
+    tail = alpha / (m * LEAST_BOUNDS)
+    return math.ceil(math.log(tail) / math.log1p(-WITNESS_LIMIT))
 
 
 def confirm_repair(repair_id: str, family: EventFamily, frozen: Sequence[str],

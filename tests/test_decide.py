@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
+from badc_check.bounds import cp_upper
 from badc_check.channels import RecordArm, find_witnesses
 from badc_check.comparator import permutation_chi2
-from badc_check.confirmation import confirm_repair
+from badc_check.confirmation import LEAST_BOUNDS, bounds_for_confirmation, confirm_repair, least_confirm_draws
 from badc_check.decide import FAILS, INCONCLUSIVE, NOT_REJECTED, VOID, Arm, Config, contract_lines, decide
 from badc_check.events import EventFamily
 from badc_check.marginals import marginal_tv_bounds, union_count
@@ -145,6 +146,23 @@ def test_repair_confirmation():
     with pytest.raises(ValueError, match="frozen events"):
         confirm_repair("x", fam, ["nope"], P, {}, off, on, off, proposed_on=1, proposed_repaired=1,
                        alpha=0.05, m=1)
+
+
+def test_the_least_confirmation_draws_are_where_a_repaired_arm_without_witness_can_pass():
+    # at the loosest tail (one frozen event, a two-event family) the bound with no witness crosses 1e-4
+    # exactly there, and a real family (more bounds) cannot do better: one draw fewer is never confirmed
+    for m in (1, 3, 8):
+        n, tail = least_confirm_draws(0.05, m), 0.05 / (m * LEAST_BOUNDS)
+        assert cp_upper(0, n, tail) <= 1e-4 < cp_upper(0, n - 1, tail)
+    smallest = EventFamily.build({"|eos": 1.0}, {})  # a one-outcome law: no family has fewer bounds
+    assert LEAST_BOUNDS <= bounds_for_confirmation(smallest, [smallest.events[0].id])
+    fam = EventFamily.build(P, {})
+    n = least_confirm_draws(0.05, 1) - 1
+    rng = np.random.default_rng(4)
+    off, on, rep = sample(P, n, rng), sample(shifted_law(P, 0.1, seed=3), n, rng), sample(P, n, rng)
+    r = confirm_repair("fix", fam, [fam.events[0].id], P, {}, off, on, rep, proposed_on=5, proposed_repaired=5,
+                       alpha=0.05, m=1)
+    assert not r.confirmed and r.reasons[-1].startswith("repaired witness-rate upper bound")
 
 
 def test_permutation_comparator_level_and_power():

@@ -5,6 +5,8 @@ cell whose selected config has no confirmation result."""
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from badc_check.campaign import load_campaign
 from badc_check.selection import confirmation_m
 
@@ -55,3 +57,14 @@ def test_recovered_causes_per_cell():
     assert rq3.cell(report, "random", "llama_cpp/logical-prefix", without=False) == "no"
     # the exact bound on P(d_A != 0): the paper's 0.26-0.39, from 0 or 1 nonzero of 10 campaigns
     assert (round(rq3.cp_upper(0, 10), 2), round(rq3.cp_upper(1, 10), 2)) == (0.26, 0.39)
+
+
+def test_a_confirmation_size_that_cannot_confirm_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    # at m = 8 the witness bound alone needs 71,543 draws: with fewer every cell would read "no" for nothing
+    ran = []
+    monkeypatch.setattr(rq3.subprocess, "run", lambda *a, **k: ran.append(a))
+    with pytest.raises(SystemExit, match="--confirm 71,542 cannot confirm any repair .* at least 71,543 can"):
+        rq3.run(1, 20000, 71542, 2, tmp_path)
+    assert ran == [] and not (tmp_path / "campaign-1").exists()
+    monkeypatch.setattr(rq3.subprocess, "run", lambda *a, **k: ran.append(a) or type("P", (), {"returncode": 0}))
+    assert rq3.run(1, 20000, 71543, 2, tmp_path) == 0 and len(ran) == 1

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from badc_check.campaign import load_campaign, run_campaign
+from badc_check.confirmation import least_confirm_draws
 from badc_replay.contract import replay_trace
 from badc_replay.engines.toy import ENGINE
 
@@ -142,7 +143,8 @@ repair = "toy/logical-rows"
 def test_the_campaign_runner_end_to_end_on_the_toy_engine(tmp_path):
     path = tmp_path / "toy.toml"
     path.write_text(CAMPAIGN)
-    report = run_campaign(load_campaign(path), tmp_path / "out", workers=2, log=lambda m: None, plots=False)
+    logged: list[str] = []
+    report = run_campaign(load_campaign(path), tmp_path / "out", workers=2, log=logged.append, plots=False)
     by_id = {c["id"]: c for c in report["configs"]}
     neg, d1, d3 = by_id["NEG"], by_id["D1"], by_id["D3"]
     assert neg["decision"] == "NOT_REJECTED" and neg["calibration"]["passed"] is True
@@ -161,6 +163,15 @@ def test_the_campaign_runner_end_to_end_on_the_toy_engine(tmp_path):
     assert rep["attempted"] and rep["exercised"] and rep["calibration_passed"] and rep["recurrence"] > 0.15
     assert rep["confirmed"] is False and rep["witness_ub"] < 3e-3
     assert rep["reasons"] == [f"repaired witness-rate upper bound {rep['witness_ub']:.2e} > 0.0001"]
+    # which the run said before drawing: the least draws that can confirm at this campaign's budget
+    assert report["confirm_draws_needed"] == least_confirm_draws(0.05, report["confirm_m"]) > 50_000
+    needed = report["confirm_draws_needed"]
+    assert logged[0] == (f"badc run: warning: 4,000 draws per confirmation arm cannot confirm any repair (a repaired "
+                         f"arm without a single witness still bounds its witness rate above 0.0001 at alpha 0.05 over "
+                         f"m = 1); {needed:,} can. Stage S3 still runs, and every repair it attempts will be reported "
+                         "not confirmed.")
+    assert f"**4,000 draws per confirmation arm cannot confirm any repair: at least {needed:,} can**" in \
+        (tmp_path / "out" / "report.md").read_text()
     assert d3["repair"]["attempted"] is False and "attempted through D1" in d3["repair"]["reasons"][0]
     # Beside each decision (#27): the comparator C at alpha / m, and the complete marginal bounds, one
     # simultaneous construction over first token, visible length and termination (and the repaired arm)

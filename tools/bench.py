@@ -36,15 +36,17 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 # What each engine is measured on: a processor composed with speculation (the kind of config badc
 # exists for), the build, and draws per loop (quick, full). A loop's rate is taken from its first
-# progress report (the engine's `progress_every` draws) to its end, so draws must be several of those.
+# progress report (the engine's `progress_every` draws, or the bench's own `progress_every`) to its end,
+# so draws must be several of those. A worker reports at the engine's cadence: it gets enough draws for
+# as many timed ones as the bench's loops.
 ENGINES: dict[str, dict[str, Any]] = {
     "toy": {"build": None, "draws": (4000, 20000),
             "config": {"processors": [{"name": "min_tokens", "min_tokens": 3}]}},
     "llama_cpp": {"build": "0.3.36", "draws": (4000, 20000),
                   "config": {"processors": [{"name": "min_tokens", "min_tokens": 3}], "sampling": {"temperature": 1.0},
                              "drafter": {"method": "prompt_lookup", "num_pred_tokens": 4, "max_ngram_size": 2}}},
-    "transformers": {"build": "5.24.0", "draws": (1000, 3000), "config": {"generation": {"guidance_scale": 1.5}},
-                     "repair": "transformers/stateful-replay"},
+    "transformers": {"build": "5.24.0", "draws": (600, 3000), "progress_every": 100,  # 500 untimed draws cost 10 s
+                     "config": {"generation": {"guidance_scale": 1.5}}, "repair": "transformers/stateful-replay"},
     "vllm": {"build": "0.32.0", "draws": (2000, 10000), "config": {"sampling": {"temperature": 1.0}}},
 }
 LEVELS = ("counts", "calls", "full")
@@ -63,6 +65,7 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
     from badc_replay.registry import get_engine
 
     engine = get_engine(engine_name)
+    engine.progress_every = ENGINES[engine_name].get("progress_every", engine.progress_every)
     cfg = engine.parse_config({"id": "bench", **ENGINES[engine_name]["config"]})
     out: dict[str, Any] = {}
     for cell in cells:
@@ -157,7 +160,9 @@ def engine_figures(engine: str, quick: bool, folder: str) -> dict[str, Any] | No
         fig.update(_run_child(python, engine, draws, ["law"], folder))
     else:
         fig.update(_run_child(python, engine, draws, [*cells, "law"], folder))
-    fig["worker_calls"] = _worker_rate(python, engine, draws, "calls", folder)
+    every = get_engine(engine).progress_every
+    timed = draws - ENGINES[engine].get("progress_every", every)  # as many timed draws as the loops
+    fig["worker_calls"] = _worker_rate(python, engine, max(draws, every + timed), "calls", folder)
     return fig
 
 

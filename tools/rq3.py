@@ -112,6 +112,13 @@ def write(campaigns: int) -> None:
 
 
 def run(k: int, draws: int | None, confirm: int, workers: int, out: Path = OUT) -> int:
+    from badc_check.campaign import load_campaign
+
+    needed = load_campaign(CAMPAIGNS / f"campaign-{k}.toml", confirm_draws=confirm).confirm_draws_needed
+    if needed:  # every confirmation would fail on the witness bound: each cell would read "no" for nothing
+        raise SystemExit(f"rq3: --confirm {confirm:,} cannot confirm any repair at this campaign's budget; at least "
+                         f"{needed:,} can, and a gap bound needs more (Table 2's guidance confirmation bounded its "
+                         "gap by 0.0065 with 400,000)")
     cmd = [str(ROOT / ".venv" / "bin" / "badc"), "run", str(CAMPAIGNS / f"campaign-{k}.toml"), "--anytime",
            "--confirm", str(confirm), "--out", str(out / f"campaign-{k}"), "--workers", str(workers)]
     rc = subprocess.run(cmd + (["--draws", str(draws)] if draws else [])).returncode

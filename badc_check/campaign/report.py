@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from badc_check.confirmation import WITNESS_LIMIT
 from badc_check.decide import contract_cell, contract_lines
 from badc_check.delta_b import delta_b_line
 
@@ -20,6 +21,11 @@ def report_markdown(report: dict[str, Any]) -> str:
              f"threshold {report['threshold']}; {report['draws']:,} draws per arm"
              + (f", {report['confirm_draws']:,} per confirmation arm" if report.get("confirm_draws") else "") + ". "
              "NOT_REJECTED means the test did not reject; it is not evidence of conformance.", ""]
+    if report.get("confirm_draws_needed"):
+        lines += [f"**{report['confirm_draws']:,} draws per confirmation arm cannot confirm any repair: at least "
+                  f"{report['confirm_draws_needed']:,} can** (with fewer, a repaired arm without a single witness "
+                  f"still bounds its witness rate above {WITNESS_LIMIT:g}). A repair below reported not confirmed "
+                  "may be so for that reason alone.", ""]
     if report.get("anytime"):
         looks = report["anytime"]
         lines += [f"Anytime: {len(looks)} planned looks per config at "

@@ -29,7 +29,7 @@ from badc_check.campaign.spec import Campaign, CampaignError
 from badc_check.campaign.validate import validate_native
 from badc_check.campaign.watch import LookWatcher
 from badc_check.comparator import comparator_report
-from badc_check.confirmation import not_attempted
+from badc_check.confirmation import WITNESS_LIMIT, not_attempted
 from badc_check.decide import INCONCLUSIVE, ConfigDecision
 from badc_check.looks import planned_looks
 from badc_check.marginals import marginal_study
@@ -82,6 +82,12 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     out.mkdir(parents=True, exist_ok=True)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     seal = check_seal(campaign, out)
+    needed = campaign.confirm_draws_needed
+    if needed and not partial:
+        log(f"badc run: warning: {campaign.confirm_draws:,} draws per confirmation arm cannot confirm any repair "
+            f"(a repaired arm without a single witness still bounds its witness rate above {WITNESS_LIMIT:g} at "
+            f"alpha {campaign.alpha} over m = {campaign.confirm_m}); {needed:,} can. Stage S3 still runs, and "
+            "every repair it attempts will be reported not confirmed.")
     marker = out / "RUNNING"
     interrupted_before = marker.exists()
     if not partial:
@@ -258,6 +264,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
               "threshold": campaign.threshold, "m": m, "confirm_m": campaign.confirm_m,
               "anytime": [look.to_dict() for look in planned_looks(campaign.draws)] if campaign.anytime else None,
               "draws": campaign.draws, "confirm_draws": campaign.confirm_draws,
+              "confirm_draws_needed": campaign.confirm_draws_needed,
               "confirmation_attempts": list(selection.attempts), "interrupted": interrupted_before,
               "jobs_reused": reused, "draws_resumed": resumed, "elapsed_s": round(time.monotonic() - start, 1),
               "configs": [results[c["id"]] for c in campaign.configs if c["id"] in results]}

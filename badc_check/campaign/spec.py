@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 
 from badc_check.builds import load_builds
+from badc_check.confirmation import least_confirm_draws
 from badc_check.events import PILOT_RULE
 from badc_check.looks import planned_looks
 from badc_check.selection import confirmation_m
@@ -111,6 +112,14 @@ class Campaign:
     def confirm_m(self) -> int:
         """The confirmation budget: one possible attempt per cause, build and stratum, in each confirmed cell."""
         return confirmation_m(self.configs) * (2 if self.confirm_without_hypothesis_events else 1)
+
+    @property
+    def confirm_draws_needed(self) -> int | None:
+        """The least confirmation draws per arm that can confirm a repair, when the campaign's are fewer
+        and some config has a repair to confirm (every attempt would end "not confirmed"); else None."""
+        least = least_confirm_draws(self.alpha, self.confirm_m)
+        repairs = any(c.get("repair") for c in self.configs)
+        return least if repairs and 0 < self.confirm_draws < least else None
 
     def seal(self) -> dict[str, Any]:
         """Hashes of everything a decision depends on, taken before the first decision draw."""
