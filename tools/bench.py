@@ -10,7 +10,8 @@ against the on arm's (both level full with replay).
 Then, engine-free: 1 against 2 local workers on one campaign, one channel-S decision of a 10,000-event
 family at 200,000 draws per arm, and draws per arm to FAILS with `--anytime` against fixed n on the
 paper's strong effects. Rates leave out start-up (engine load, model build): each is timed between the
-first progress report of a loop and its end. The last line is a one-line summary of the ratios.
+first progress report of a loop and its end. The bare loop runs before and after the levels and counts
+as the mean of the two (the machine's speed drifts). The last line is a one-line summary of the ratios.
 
     .venv/bin/python tools/bench.py            # about 15 minutes on 2 cores
     .venv/bin/python tools/bench.py --quick    # at most 5 minutes
@@ -68,18 +69,23 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
     engine.progress_every = ENGINES[engine_name].get("progress_every", engine.progress_every)
     cfg = engine.parse_config({"id": "bench", **ENGINES[engine_name]["config"]})
     out: dict[str, Any] = {}
+    harness = None
+
+    def bare() -> float:
+        step = engine.batch
+        seeds = list(range(draws))
+        warm = min(engine.progress_every, draws // 4)
+        for lo in range(0, warm, step):
+            harness.draw(seeds[lo:lo + step]) if step > 1 else harness.draw(seeds[lo])
+        t = time.perf_counter()
+        for lo in range(warm, draws, step):
+            harness.draw(seeds[lo:lo + step]) if step > 1 else harness.draw(seeds[lo])
+        return (draws - warm) / (time.perf_counter() - t)
+
     for cell in cells:
         if cell == "bare":
-            h = engine.process_harness(cfg, "on")  # the levels' cells after it reuse it
-            step = engine.batch
-            seeds = list(range(draws))
-            warm = min(engine.progress_every, draws // 4)
-            for lo in range(0, warm, step):
-                h.draw(seeds[lo:lo + step]) if step > 1 else h.draw(seeds[lo])
-            t = time.perf_counter()
-            for lo in range(warm, draws, step):
-                h.draw(seeds[lo:lo + step]) if step > 1 else h.draw(seeds[lo])
-            out["bare"] = (draws - warm) / (time.perf_counter() - t)
+            harness = engine.process_harness(cfg, "on")  # the levels' cells after it reuse it
+            out["bare"] = bare()
         elif cell == "law":
             t = time.perf_counter()
             law = engine.reference_law(cfg)
@@ -99,6 +105,11 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
                 out[f"{cell}_replay_calls_per_s"] = res.calls / replay if replay else float("nan")
                 out[f"{cell}_bytes_per_draw"] = os.path.getsize(trace) / draws
                 out[f"{cell}_with_replay"] = 1 / (1 / out[cell] + replay / draws)  # draw loop, then its replay
+    if harness is not None and len(cells) > 1:
+        # the bare loop again after the levels: these machines' speed drifts by tens of percent within a
+        # minute, so the levels are compared with the mean time per draw of a bare loop on either side
+        out["bare_first"], out["bare_last"] = out["bare"], bare()
+        out["bare"] = 2 / (1 / out["bare_first"] + 1 / out["bare_last"])
     return out
 
 
@@ -252,11 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {"engines": {}}
     summary = []
     with tempfile.TemporaryDirectory() as folder:
-        print("\n| engine | draws | bare draws/s | counts | calls | full | full + replay | replay calls/s | "
-              "bytes/draw calls, full | exact law | worker / bench (calls) | repaired arm: time / on arm's |")
+        print("\n| engine | draws | bare draws/s (before, after the levels) | counts | calls | full | full + replay | "
+              "replay calls/s | bytes/draw calls, full | exact law | worker / bench (calls) | "
+              "repaired arm: time / on arm's |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for engine in engines:
+            t = time.monotonic()
             fig = engine_figures(engine, args.quick, folder)
+            print(f"[bench] {engine}: {time.monotonic() - t:.0f} s", file=sys.stderr)  # where a slow run goes
             if fig is None:
                 print(f"| {engine} | build {ENGINES[engine]['build']} not set up | | | | | | | | | | |")
                 continue
@@ -267,18 +281,23 @@ def main(argv: list[str] | None = None) -> int:
             # the repaired arm against the on arm, both at level full with their replay: a time ratio
             repaired = fig["full_with_replay"] / fig["repaired_with_replay"] if "repaired_with_replay" in fig else None
             rep = "-" if repaired is None else f"{repaired:.2f}"
-            print(f"| {engine} | {fig['draws']:,} | {bare:,.0f} | {r['counts']:.2f} | {r['calls']:.2f} | "
+            drift = f" ({fig['bare_first']:,.0f}, {fig['bare_last']:,.0f})" if "bare_last" in fig else ""
+            print(f"| {engine} | {fig['draws']:,} | {bare:,.0f}{drift} | {r['counts']:.2f} | {r['calls']:.2f} | "
                   f"{r['full']:.2f} | {fig['full_with_replay'] / bare:.2f} | {fig['full_replay_calls_per_s']:,.0f} | "
                   f"{fig['calls_bytes_per_draw']:.0f}, {fig['full_bytes_per_draw']:.0f} | {fig['law_s']:.1f} s "
                   f"({fig['law_outcomes']} outcomes) | {worker:.2f} | {rep} |")
             summary.append(f"{engine} counts {r['counts']:.2f} full+replay {fig['full_with_replay'] / bare:.2f} "
                            f"worker {worker:.2f}" + ("" if repaired is None else f" repaired {repaired:.2f}"))
+        t = time.monotonic()
         w = figures["workers"] = workers_figures(args.quick, folder)
+        print(f"[bench] workers: {time.monotonic() - t:.0f} s", file=sys.stderr)
         print(f"\nlocal workers (toy campaign, 8 shards): 1 worker {w['one_s']:.1f} s, 2 workers {w['two_s']:.1f} s: "
               f"{w['speedup']:.2f}x")
         d = figures["decision"] = decision_figures()
         print(f"one channel-S decision, {d['events']:,} events, 200,000 draws per arm: {d['decision_s']:.2f} s")
+        t = time.monotonic()
         a = figures["anytime"] = anytime_figures(args.quick)
+        print(f"[bench] anytime: {time.monotonic() - t:.0f} s", file=sys.stderr)
         print("draws to FAILS, fixed n / --anytime (median over simulated configs): "
               + ", ".join(f"{k} {v:.0f}x" for k, v in a.items()))
     if args.json:
