@@ -10,8 +10,9 @@ against the on arm's (both level full with replay).
 Then, engine-free: 1 against 2 local workers on one campaign, one channel-S decision of a 10,000-event
 family at 200,000 draws per arm, and draws per arm to FAILS with `--anytime` against fixed n on the
 paper's strong effects. Rates leave out start-up (engine load, model build): each is timed between the
-first progress report of a loop and its end. The bare loop runs before and after the levels and counts
-as the mean of the two (the machine's speed drifts). The last line is a one-line summary of the ratios.
+first progress report of a loop and its end. The bare loop runs before and after the levels; the
+levels are compared with the mean time per draw of the two (the machine's speed drifts). The last
+line is a one-line summary of the ratios.
 
     .venv/bin/python tools/bench.py            # about 15 minutes on 2 cores
     .venv/bin/python tools/bench.py --quick    # at most 5 minutes

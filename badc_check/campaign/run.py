@@ -264,7 +264,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
               "threshold": campaign.threshold, "m": m, "confirm_m": campaign.confirm_m,
               "anytime": [look.to_dict() for look in planned_looks(campaign.draws)] if campaign.anytime else None,
               "draws": campaign.draws, "confirm_draws": campaign.confirm_draws,
-              "confirm_draws_needed": campaign.confirm_draws_needed,
+              "confirm_draws_needed": needed,
               "confirmation_attempts": list(selection.attempts), "interrupted": interrupted_before,
               "jobs_reused": reused, "draws_resumed": resumed, "elapsed_s": round(time.monotonic() - start, 1),
               "configs": [results[c["id"]] for c in campaign.configs if c["id"] in results]}
