@@ -52,7 +52,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = args.out
     try:
         campaign = load_campaign(args.campaign or BUILTIN, draws=args.draws, confirm_draws=args.confirm,
-                                 anytime=args.anytime or None)
+                                 anytime=args.anytime or None, confirm_anytime=args.confirm_anytime or None)
         if not args.campaign:
             campaign = installed_only(campaign)
         out = out or f"badc-out/{campaign.name}"
@@ -272,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop a config at the first planned look (prefixes of n/128, ..., n/2, n draws per arm) "
                         "that decides FAILS with eligible evidence or VOID, the error budget spent over the looks "
                         "(sealed: a folder is anytime or not); NOT_REJECTED still needs all n draws")
+    r.add_argument("--confirm-anytime", action="store_true",
+                   help="stage S3: stop the unrepaired confirmation arm at the first planned look whose prefixes "
+                        "show recurrence (the off and repaired arms are still drawn whole; sealed)")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     r.add_argument("--partial", action="store_true",
                    help="run nothing: report the configs whose jobs in --out are all done (report-partial.md); "

@@ -6,7 +6,7 @@ import pytest
 from badc_check.bounds import cp_upper
 from badc_check.channels import RecordArm, find_witnesses
 from badc_check.comparator import permutation_chi2
-from badc_check.confirmation import LEAST_BOUNDS, bounds_for_confirmation, confirm_repair, least_confirm_draws
+from badc_check.confirmation import bounds_for_confirmation, confirm_repair, least_bounds, least_confirm_draws
 from badc_check.decide import FAILS, INCONCLUSIVE, NOT_REJECTED, VOID, Arm, Config, contract_lines, decide
 from badc_check.events import EventFamily
 from badc_check.marginals import marginal_tv_bounds, union_count
@@ -148,14 +148,57 @@ def test_repair_confirmation():
                        alpha=0.05, m=1)
 
 
+def test_recurrence_at_a_look_uses_the_prefixes_and_the_looks_share_of_its_own_tail():
+    # confirm_anytime: recurrence on both unrepaired arms' prefixes with the look's share of the tail, a
+    # sixth bound per frozen event (the prefix U_off beside the whole arm's); gap and witness bounds stay on
+    # the whole arms, so the same draws give the same gap as at fixed n but at a smaller tail
+    from badc_check.bounds import cp_lower
+    from badc_check.confirmation import recurrence
+    from badc_check.looks import planned_looks
+
+    mu = shifted_law(P, 0.1, seed=3)
+    fam = EventFamily.build(P, {"H": mu})
+    frozen, n = ["A_H(H)"], 400_000
+    assert bounds_for_confirmation(fam, frozen, looks=True) == bounds_for_confirmation(fam, frozen) + 1
+    rng = np.random.default_rng(9)
+    off, on, rep = sample(P, n, rng), sample(mu, n, rng), sample(P, n, rng)
+    look = planned_looks(n)[0]
+    assert (look.index, look.draws) == (1, 1563)
+    off_pre, on_pre = sample(P, look.draws, rng), sample(mu, look.draws, rng)
+    at = confirm_repair("fix", fam, frozen, P, {}, off, on_pre, rep, proposed_on=5, proposed_repaired=5,
+                        alpha=0.05, m=1, look=look, off_prefix=off_pre)
+    fixed = confirm_repair("fix", fam, frozen, P, {}, off, on, rep, proposed_on=5, proposed_repaired=5,
+                           alpha=0.05, m=1)
+    tail = 0.05 / bounds_for_confirmation(fam, frozen, looks=True)
+    i = fam.index["A_H(H)"]
+    expect = cp_lower(fam.counts(on_pre)[i], look.draws, tail * look.spend) - \
+        cp_upper(fam.counts(off_pre)[i], look.draws, tail * look.spend)
+    assert at.recurrence == pytest.approx(float(expect)) and at.recurrence == recurrence(
+        fam, frozen, off_pre, on_pre, tail * look.spend, P, {})[0]
+    assert at.recurrence_look == look.to_dict() and fixed.recurrence_look is None
+    assert at.recurrence < fixed.recurrence and at.gap_ub > fixed.gap_ub  # a prefix, and a smaller tail
+    assert at.confirmed and fixed.confirmed  # the planted effect (TV 0.1) recurs at 1,563 draws already
+    # no effect on the prefixes at the last look: not confirmed, and the reason says where it was judged
+    last = planned_looks(n)[-1]
+    flat = confirm_repair("fix", fam, frozen, P, {}, off, off, rep, proposed_on=5, proposed_repaired=5, alpha=0.05,
+                          m=1, look=last, off_prefix=off)
+    assert not flat.confirmed and flat.reasons[0].endswith("(at look 9 of 9 (400,000 draws per arm), the last)")
+    with pytest.raises(ValueError, match="prefix"):
+        confirm_repair("fix", fam, frozen, P, {}, off, on, rep, proposed_on=5, proposed_repaired=5, alpha=0.05,
+                       m=1, look=look)
+    # the sixth bound moves the least confirmation draws to where its smaller tail crosses 1e-4 (RQ3's m = 8)
+    least, tail = least_confirm_draws(0.05, 8, looks=True), 0.05 / (8 * least_bounds(looks=True))
+    assert cp_upper(0, least, tail) <= 1e-4 < cp_upper(0, least - 1, tail) and least > least_confirm_draws(0.05, 8)
+
+
 def test_the_least_confirmation_draws_are_where_a_repaired_arm_without_witness_can_pass():
     # at the loosest tail (one frozen event, a two-event family) the bound with no witness crosses 1e-4
     # exactly there, and a real family (more bounds) cannot do better: one draw fewer is never confirmed
     for m in (1, 3, 8):
-        n, tail = least_confirm_draws(0.05, m), 0.05 / (m * LEAST_BOUNDS)
+        n, tail = least_confirm_draws(0.05, m), 0.05 / (m * least_bounds())
         assert cp_upper(0, n, tail) <= 1e-4 < cp_upper(0, n - 1, tail)
     smallest = EventFamily.build({"|eos": 1.0}, {})  # a one-outcome law: no family has fewer bounds
-    assert LEAST_BOUNDS <= bounds_for_confirmation(smallest, [smallest.events[0].id])
+    assert least_bounds() <= bounds_for_confirmation(smallest, [smallest.events[0].id])
     fam = EventFamily.build(P, {})
     n = least_confirm_draws(0.05, 1) - 1
     rng = np.random.default_rng(4)

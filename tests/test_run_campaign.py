@@ -262,10 +262,10 @@ def test_the_look_watcher_stops_a_decided_configs_chains(tmp_path):
                     drawn[j.output(out)] = json.loads(j.output(out).read_text())["outcomes"]
                 j.output(out).unlink(missing_ok=True)
     logged, told = [], []
-    with LookWatcher(jobs, out, camp, camp.m, logged.append, on_stop=told.append) as watch:
+    with LookWatcher(jobs, out, camp, camp.m, logged.append, on_stop=lambda *a: told.append(a)) as watch:
         watch.poll()
         assert watch.stopped == {"PAR"} and watch.stop_file("PAR").exists() and not watch.stop_file("NEG").exists()
-        assert told == ["PAR"]  # the progress settles its arms: their later shards leave the time left
+        assert told == [("PAR", ("on", "off"))]  # the progress settles its arms: their later shards leave the time left
         assert watch.evaluated == {"PAR": 1, "NEG": 1}
         assert logged == ["PAR: FAILS at look 1 of 2 (1,000 draws per arm): its remaining shards are not needed"]
         later = [j for j in jobs["PAR"] if j.kind == "shard" and j.arm == "on" and j.start >= 1000]

@@ -187,6 +187,70 @@ def test_the_campaign_runner_end_to_end_on_the_toy_engine(tmp_path):
     assert "comparator C (permutation chi-square" in md and "both rejected" in md and "marginal TV" in md
 
 
+CONFIRM_ANYTIME = """
+[campaign]
+name = "toy-s3-looks"
+draws = 4000
+confirm_draws = 40000
+confirm_anytime = true
+seed = 5
+shard = 10000
+
+[[config]]
+id = "D1"
+engine = "toy"
+build = "0.1.0"
+processors = [{ name = "min_tokens", min_tokens = 3 }]
+defects = ["D1"]
+hypothesis = "H-D1"
+predicates = ["min_tokens"]
+repair = "toy/logical-rows"
+"""
+
+
+def test_confirm_anytime_stops_the_unrepaired_arm_at_the_look_that_recurs(tmp_path, capsys):
+    # Stage S3 with looks: D1's unrepaired engine recurs (fresh witnesses) on the first look's 1,250 draws,
+    # so its on-confirm chain is stopped; the off-confirm and repaired arms are drawn whole (their gap and
+    # witness bounds need every draw); the result reads the on-confirm prefix at that look only, whatever
+    # the chain drew before its stop mark, and a second run reads the same shards and draws nothing.
+    import json
+
+    from badc_check.campaign import CampaignError
+    from badc_check.cli import main
+    from badc_check.looks import planned_looks
+
+    path = tmp_path / "s3.toml"
+    path.write_text(CONFIRM_ANYTIME)
+    camp, out, logged = load_campaign(path), tmp_path / "out", []
+    report = run_campaign(camp, out, workers=2, log=logged.append, plots=False)
+    looks = planned_looks(40_000)
+    assert report["confirm_anytime"] == [look.to_dict() for look in looks] and len(looks) == 6
+    rep = report["configs"][0]["repair"]
+    assert rep["attempted"] and rep["recurrence_look"] == looks[0].to_dict() and rep["recurrence_witnesses"] > 0
+    assert rep["exercised"] and rep["calibration_passed"] and rep["gap_ub"] < 0.05
+    assert rep["reasons"] == [f"repaired witness-rate upper bound {rep['witness_ub']:.2e} > 0.0001"]  # 40,000 < least
+    assert "D1: the unrepaired arm recurs at look 1 of 6 (1,250 draws per arm): its remaining on-confirm shards " \
+           "are not needed" in logged
+
+    def drawn(arm):
+        return sum(json.loads(f.read_text())["count"] for f in (out / "shards" / "D1").glob(f"{arm}-*.json"))
+
+    assert drawn("off-confirm") == drawn("repaired") == 40_000
+    assert 1_250 <= drawn("on-confirm") < 40_000  # stopped: at most the shards begun before the mark
+    assert "at look 1 of 6, 1,250 draws" in (out / "report.md").read_text()
+    before = drawn("on-confirm")
+    again = run_campaign(camp, out, workers=2, log=lambda m: None, plots=False)
+    assert again["configs"][0]["repair"] == rep and drawn("on-confirm") == before  # the rerun drew no more of it
+    # the rule is sealed: the same folder without the looks is refused, and looks without S3 draws are an error
+    path.write_text(CONFIRM_ANYTIME.replace("confirm_anytime = true\n", ""))
+    with pytest.raises(CampaignError, match="settings"):
+        run_campaign(load_campaign(path), out, log=lambda m: None, plots=False)
+    path.write_text(CONFIRM_ANYTIME.replace("confirm_anytime = true\n", "").replace("confirm_draws = 40000", ""))
+    assert main(["run", str(path), "--out", str(tmp_path / "new"), "--confirm-anytime"]) == 2  # the flag alike
+    assert "s3.toml: confirm_anytime (stage S3 with looks) needs confirmation draws" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # refused before anything is sealed
+
+
 def test_messages_show_text_beside_ids_and_diff_by_prefix_finds_the_planted_defect(tmp_path, capsys):
     # The probe writes the vocabulary once per trace: replay and diff show text beside token ids. A run
     # with speculation against the same draws without it, matched by logical prefix: the planted D1

@@ -11,7 +11,7 @@ from typing import Any
 from badc_check.campaign.plan import Job
 from badc_check.campaign.spec import Campaign, CampaignError
 from badc_check.channels import RecordArm
-from badc_check.confirmation import confirm_repair
+from badc_check.confirmation import bounds_for_confirmation, confirm_repair, recurrence, recurs
 from badc_check.decide import INCONCLUSIVE, Arm, Config, ConfigDecision, decide, should_stop
 from badc_check.delta_b import WeightedRewards, delta_b, unweighted
 from badc_check.looks import Look, planned_looks
@@ -68,9 +68,8 @@ def merge_shards(shards: list[dict[str, Any]]) -> MergedArm:
     return MergedArm(outcomes=outcomes, **total, contract=contract, records=records)
 
 
-def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, MergedArm],
-                  campaign: Campaign, m: int, look: Look | None = None) -> ConfigDecision:
-    """The decision from merged arms; at an anytime `look`, with that look's share of the budget."""
+def _decision_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, MergedArm]) -> Config:
+    """The decision's view of a config: its discovery arms, laws, predicates and hypothesis."""
     hyp = laws.get("hypothesis")
     on, off = arms["on"], arms["off"]
 
@@ -80,25 +79,43 @@ def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, 
                                                 {int(k): v for k, v in r["positions"].items()})
 
     rec_on, rec_off = record_arm(on), record_arm(off)
-    predicates = {name: frozenset(laws.get("predicates", {}).get(name, ())) for name in config.get("predicates", [])}
-    cfg = Config(
+    return Config(
         id=config["id"], engine=config["engine"], build=laws.get("build", config["build"]),
         role=config.get("role", "probe"), on=Arm(on.outcomes, on.violations, on.proposed, on.accepted),
-        off=Arm(off.outcomes, off.violations), reference=laws["reference"], predicates=predicates,
+        off=Arm(off.outcomes, off.violations), reference=laws["reference"], predicates=_predicates(config, laws),
         hypothesis=(hyp["id"], hyp["law"]) if hyp else None,
         records_status="complete" if rec_on and rec_off else "not_returned", records_on=rec_on, records_off=rec_off,
         contract={**on.contract, "off": off.contract}, pilot=(laws.get("pilot") or {}).get("outcomes"))
+
+
+def _predicates(config: dict[str, Any], laws: dict[str, Any]) -> dict[str, frozenset[str]]:
+    return {name: frozenset(laws.get("predicates", {}).get(name, ())) for name in config.get("predicates", [])}
+
+
+def _frozen(laws: dict[str, Any], d: ConfigDecision) -> list[str]:
+    """The events a confirmation bounds: A_H of the config's hypothesis, else discovery's crash-free argmax."""
+    hyp = laws.get("hypothesis")
+    return [f"A_H({hyp['id']})"] if hyp else [d.channel_s.argmax_crash_free]
+
+
+def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, MergedArm],
+                  campaign: Campaign, m: int, look: Look | None = None,
+                  confirm_look: Look | None = None) -> ConfigDecision:
+    """The decision from merged arms; at an anytime `look`, with that look's share of the budget. With the
+    confirmation arms (and under confirm_anytime the look their recurrence is judged at, with "on-confirm"
+    that look's prefix and "off-confirm-prefix" the off arm's), the repair's confirmation too."""
+    cfg = _decision_config(config, laws, arms)
     d = decide(cfg, alpha=campaign.alpha, m=m, threshold=campaign.threshold,
                spend=1.0 if look is None else look.spend)
     if look is not None:
         d = dataclasses.replace(d, look=look.to_dict())
     if "repaired" in arms:
-        frozen = [f"A_H({hyp['id']})"] if hyp else [d.channel_s.argmax_crash_free]
-        r = confirm_repair(config["repair"], cfg.family(), frozen, laws["reference"], predicates,
+        prefix = arms.get("off-confirm-prefix")
+        r = confirm_repair(config["repair"], cfg.family(), _frozen(laws, d), laws["reference"], cfg.predicates,
                            arms["off-confirm"].outcomes, arms["on-confirm"].outcomes,
                            arms["repaired"].outcomes, proposed_on=arms["on-confirm"].proposed,
                            proposed_repaired=arms["repaired"].proposed, alpha=campaign.alpha,
-                           m=campaign.confirm_m)
+                           m=campaign.confirm_m, look=confirm_look, off_prefix=prefix and prefix.outcomes)
         on_w, off_w = rewards(arms["on-confirm"]), rewards(arms["off-confirm"])
         db = ({"unavailable": "the confirmation arms returned records whose importance weights are not known for "
                               "every draw (shards from before badc recorded them)"} if on_w is None or off_w is None
@@ -141,21 +158,57 @@ class FolderDecision:
 
 
 def decide_from_folder(config: dict[str, Any], jobs: list[Job], out: Path, campaign: Campaign, m: int,
-                       arms: tuple[str, ...] | None = None, look: Look | None = None) -> FolderDecision:
+                       arms: tuple[str, ...] | None = None, look: Look | None = None,
+                       confirm_look: Look | None = None) -> FolderDecision:
     """Decide `config` from its jobs' outputs in `out` (every job of the chosen arms must be done).
     `arms` limits the arms read: ("on", "off") decides a config before its repair-confirmation arms
-    are done, without the repair result. `look`: an anytime look, decided with its share of the budget."""
+    are done, without the repair result. `look`: an anytime look, decided with its share of the budget.
+    `confirm_look`: under confirm_anytime, the look at which the unrepaired arm's recurrence is judged
+    (the jobs hold its on-confirm shards up to that look; confirmation_reads)."""
     laws = _read(jobs[0].output(out), LawsResult)
     shards: dict[str, list[dict[str, Any]]] = {}
     for j in jobs[1:]:
         if arms is None or j.arm in arms:
             shards.setdefault(j.arm, []).append(_read(j.output(out), ShardResult))
     merged = {arm: merge_shards(s) for arm, s in shards.items()}
+    if confirm_look is not None and "off-confirm" in shards:
+        at = confirm_look.draws
+        merged["off-confirm-prefix"] = merge_shards([s for s in shards["off-confirm"] if s["start"] < at])
     if config.get("predicates"):
         laws["predicates"] = _predicate_sets(config, laws, merged)
-    return FolderDecision(decision=decide_config(config, laws, merged, campaign, m, look), laws=laws, arms=merged,
-                          resumed=sum(s.get("resumed", 0) for arm in shards.values() for s in arm),
+    return FolderDecision(decision=decide_config(config, laws, merged, campaign, m, look, confirm_look), laws=laws,
+                          arms=merged, resumed=sum(s.get("resumed", 0) for arm in shards.values() for s in arm),
                           jobs=[jobs[0], *(j for j in jobs[1:] if arms is None or j.arm in arms)], look=look)
+
+
+def confirmation_reads(found: FolderDecision, conf_jobs: list[Job], out: Path,
+                       campaign: Campaign) -> tuple[list[Job], Look | None] | None:
+    """The confirmation jobs a config's repair result reads, and the look its recurrence is judged at.
+    At fixed n: every job, no look. Under confirm_anytime: the off-confirm and repaired arms whole, and
+    the on-confirm arm up to the first planned look at which it recurs on the prefixes of both fresh
+    unrepaired arms (the last look if none does), so its later shards are not needed; None while the
+    shards written decide no look. The looks take contiguous prefixes, so the answer does not depend on
+    which shards finished first."""
+    if not campaign.confirm_anytime:
+        return conf_jobs, None
+    config, laws = found.jobs[0].config, found.laws
+    frozen = _frozen(laws, found.decision)
+    for look in planned_looks(campaign.confirm_draws):
+        prefix = [j for j in conf_jobs if j.arm in ("off-confirm", "on-confirm") and j.start < look.draws]
+        if any(not j.output(out).exists() for j in prefix):
+            return None
+        arms = {arm: merge_shards([_read(j.output(out), ShardResult) for j in prefix if j.arm == arm])
+                for arm in ("off-confirm", "on-confirm")}
+        if config.get("predicates"):  # the contract-violation event must know every violating outcome counted
+            laws = {**laws, "predicates": _predicate_sets(config, laws, {**found.arms, **arms})}
+        cfg = _decision_config(config, laws, found.arms)
+        family = cfg.family()
+        tail = campaign.alpha / (campaign.confirm_m * bounds_for_confirmation(family, frozen, looks=True))
+        rec, witnesses = recurrence(family, frozen, arms["off-confirm"].outcomes, arms["on-confirm"].outcomes,
+                                    tail * look.spend, laws["reference"], cfg.predicates)
+        if look.index == look.of or recurs(rec, witnesses):
+            return [j for j in conf_jobs if j.arm != "on-confirm" or j.start < look.draws], look
+    return None
 
 
 def _read(path: Path, kind: type[LawsResult] | type[ShardResult]) -> dict[str, Any]:

@@ -49,7 +49,7 @@ class Job:
 class Chain:
     """Jobs for one worker process, one engine start for all: consecutive shards of one arm (under
     --anytime, one shard per look), which begins no further shard once `stop` exists (the runner's mark
-    that the config is decided); or the laws of configs on one model and build."""
+    that the arm's draws are no longer needed); or the laws of configs on one model and build."""
     jobs: list[Job]
     stop: Path | None = None
 
@@ -89,7 +89,8 @@ class Chain:
             return [*cmd[:4], *(str(cfg_path.parent / f"{j.cid}.json") for j in self.jobs[1:]), *cmd[4:]]
         at = cmd.index("--start")
         del cmd[at:at + 4]  # --start S --count N
-        return [*cmd, "--chain", ",".join(f"{j.start}:{j.count}" for j in self.jobs), "--stop", str(self.stop)]
+        chain = [*cmd, "--chain", ",".join(f"{j.start}:{j.count}" for j in self.jobs)]
+        return chain if self.stop is None else [*chain, "--stop", str(self.stop)]
 
 
 def _arm_jobs(campaign: Campaign, config: dict[str, Any], name: str, draws: int, level: str,
@@ -121,8 +122,9 @@ def confirmation_jobs(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
     # untraced where nothing is read from the trace; traced where the engine returns records, whose
     # log-probabilities give Delta B's importance weights (badc_check/delta_b.py)
     fresh = level if engine.returns_records(engine.parse_config(config)) else "counts"
-    return [*_arm_jobs(campaign, config, "off-confirm", n, fresh),
-            *_arm_jobs(campaign, config, "on-confirm", n, fresh),
+    looks = campaign.confirm_anytime  # recurrence is judged on both fresh arms' prefixes at the looks
+    return [*_arm_jobs(campaign, config, "off-confirm", n, fresh, looks=looks),
+            *_arm_jobs(campaign, config, "on-confirm", n, fresh, looks=looks),
             *_arm_jobs(campaign, config, "repaired", n, level, config["repair"])]
 
 

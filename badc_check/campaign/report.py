@@ -50,8 +50,9 @@ def report_markdown(report: dict[str, Any]) -> str:
                                      f"{'rejected' if hyp['null_rejected'] else 'not rejected'}")
         rep = c.get("repair")
         rep_s = "-" if not rep else (f"{rep['id']}: not attempted" if rep.get("attempted") is False else (
-            f"{rep['id']}: {'confirmed' if rep['confirmed'] else 'not confirmed'} (recurrence {rep['recurrence']:.4f}, "
-            f"gap UB {rep['gap_ub']:.4f}, witness UB {rep['witness_ub']:.1e})"))
+            f"{rep['id']}: {'confirmed' if rep['confirmed'] else 'not confirmed'} (recurrence {rep['recurrence']:.4f}"
+            f"{_recurrence_at(rep.get('recurrence_look'))}, gap UB {rep['gap_ub']:.4f}, witness UB "
+            f"{rep['witness_ub']:.1e})"))
         build = c["build"] + "".join(f" + {r}" for r in c.get("applied", []))
         # a model without an exact law: neither can be checked, and the table never shows a pass for them
         unchecked = c.get("family_source") == "pilot"
@@ -127,3 +128,8 @@ def report_markdown(report: dict[str, Any]) -> str:
                   + f" | {p['failed'] or p.get('waiting') or '-'} | {p.get('discovery', '-')} |"
                   for p in report["pending"]]
     return "\n".join(lines) + "\n"
+
+
+def _recurrence_at(look: dict | None) -> str:
+    """Under confirm_anytime: where the unrepaired arm's recurrence was judged."""
+    return "" if look is None else f" at look {look['look']} of {look['of']}, {look['draws']:,} draws"

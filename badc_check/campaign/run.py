@@ -20,14 +20,21 @@ from typing import Any
 
 from badc_check.builds import build_for
 from badc_check.campaign.executors import Executor, stall_limit
-from badc_check.campaign.merge import FolderDecision, MergedArm, anytime_decision, decide_from_folder, inconclusive
+from badc_check.campaign.merge import (
+    FolderDecision,
+    MergedArm,
+    anytime_decision,
+    confirmation_reads,
+    decide_from_folder,
+    inconclusive,
+)
 from badc_check.campaign.plan import Chain, Job, confirmation_jobs, discovery_jobs
 from badc_check.campaign.progress import Progress
 from badc_check.campaign.report import report_markdown
 from badc_check.campaign.seal import check_seal, write_json
 from badc_check.campaign.spec import Campaign, CampaignError
 from badc_check.campaign.validate import validate_native
-from badc_check.campaign.watch import LookWatcher
+from badc_check.campaign.watch import LookWatcher, RecurrenceWatcher, StopWatcher
 from badc_check.comparator import comparator_report
 from badc_check.confirmation import WITNESS_LIMIT, not_attempted
 from badc_check.decide import INCONCLUSIVE, ConfigDecision
@@ -119,12 +126,12 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     chosen = {cid for cid in plans if only is None or cid in only} - set(unbuilt)  # what this run runs
     ex = Executor(executor, workers, progress, log)
 
-    def run(jobs: dict[str, list[Job]], looks: bool = False) -> None:
+    def run(jobs: dict[str, list[Job]], watcher: Callable[[dict[str, list[Job]]], StopWatcher] | None = None) -> None:
         """Laws queued first (a config without its laws cannot be decided), then every shard, retried on
         failure.
-        With `looks` (discovery under --anytime), each arm's shards, one per look, run in turn in one
-        worker process, and a config whose look decided (FAILS with eligible evidence, or VOID) begins
-        no more of them."""
+        With a `watcher` (discovery under --anytime, confirmation under confirm_anytime), each arm's
+        shards, one per look, run in turn in one worker process, and the arms the watcher stops (a config
+        a look decided, an unrepaired arm a look showed recurring) begin no more of them."""
         for cid, js in jobs.items():  # so the progress and time left are this run's
             for j in js if cid in chosen else ():
                 if j.count:  # shards, and the pilot of a model without an exact law
@@ -147,22 +154,22 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         # a sealed pilot (a model without an exact law) is drawn before any decision draw, as documented
         run_jobs(lambda: [j for js in wanted.values() for j in js
                           if j.kind == "laws" and j.count and not j.output(out).exists()])
-        if not looks:
+        if watcher is None:
             run_jobs(lambda: [*laws(), *(j for js in wanted.values() for j in js
                                          if j.kind == "shard" and not j.output(out).exists())])
             return
-        # --anytime: each arm's shards (one per look) in one worker process, both arms of a config side by
-        # side; the watcher decides each look as its shards land and stops the chains of decided configs
-        with LookWatcher(wanted, out, campaign, campaign.m, log, on_stop=progress.settle) as watch:
+        # each arm's shards (one per look) in one worker process, a config's arms side by side; the watcher
+        # decides each look as its shards land and stops the chains it no longer needs
+        with watcher(wanted) as watch:
             def chains() -> list[Job | Chain]:
                 made: list[Job | Chain] = laws()
                 for cid, js in wanted.items():
                     for arm in dict.fromkeys(j.arm for j in js if j.kind == "shard"):
                         left = [j for j in js if j.kind == "shard" and j.arm == arm and not j.output(out).exists()]
-                        if left and cid not in watch.stopped:
-                            made.append(Chain(left, watch.stop_file(cid)))
+                        if left and not watch.stops(left[0]):
+                            made.append(Chain(left, watch.stop_file(cid) if arm in watch.arms else None))
                 return made
-            run_jobs(chains, skip=lambda job: job.kind == "shard" and job.cid in watch.stopped)
+            run_jobs(chains, skip=watch.stops)
 
     def run_jobs(todo: Callable[[], list[Job | Chain]],
                  skip: Callable[[Job | Chain], bool] = lambda job: False) -> None:
@@ -177,7 +184,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                     for j in left], out, campaign.seed, seal["seal"], skip=skip)
 
     reused = sum(1 for jobs in plans.values() for j in jobs if j.output(out).exists())
-    run(plans, looks=campaign.anytime)
+    run(plans, (lambda jobs: LookWatcher(jobs, out, campaign, campaign.m, log, on_stop=progress.settle))
+        if campaign.anytime else None)
     incomplete = partial  # the report is partial: asked for, or an --only run left other configs' jobs
 
     def missing(jobs: list[Job]) -> list[Job]:
@@ -211,9 +219,13 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     confirm = {cid: jobs for cid, jobs in confirm.items() if jobs}
     if confirm:
         reused += sum(1 for jobs in confirm.values() for j in jobs if j.output(out).exists())
-        run(confirm)
-        if only is not None and not partial:
-            incomplete = incomplete or any(missing(jobs) for jobs in confirm.values())
+        run(confirm, (lambda jobs: RecurrenceWatcher(jobs, found, out, campaign, log, on_stop=progress.settle))
+            if campaign.confirm_anytime else None)
+    # what each repair result reads: under confirm_anytime, the unrepaired arm up to the look that recurred
+    reads = {cid: (confirmation_reads(found[cid], jobs, out, campaign) if cid in found else None) or (jobs, None)
+             for cid, jobs in confirm.items()}
+    if confirm and only is not None and not partial:
+        incomplete = incomplete or any(missing(jobs) for jobs, _ in reads.values())
     waiting = set(selection.pending) if campaign.confirm_draws else set()  # their group is not decided yet
     decided: dict[str, tuple[dict[str, Any], dict[str, MergedArm]]] = {}  # laws and merged arms
     pending: list[dict[str, Any]] = []
@@ -221,8 +233,9 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     for cid, jobs in plans.items():
         config = jobs[0].config
         conf_jobs = confirm.get(cid, [])
-        left = ([] if cid in found else missing(jobs)) + missing(conf_jobs)
-        why = (unbuilt.get(cid) or failed(cid, jobs + conf_jobs)) if left else None
+        conf_reads, at = reads.get(cid, ([], None))
+        left = ([] if cid in found else missing(jobs)) + missing(conf_reads)
+        why = (unbuilt.get(cid) or failed(cid, jobs + conf_reads)) if left else None
         if (left or cid in waiting) and incomplete:
             arms_done: dict[str, list[int]] = {}
             for j in jobs[1:] + conf_jobs:
@@ -244,10 +257,11 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             results[cid] = inconclusive(config, str(why))
             continue
         folder = found[cid]
-        if conf_jobs and not missing(conf_jobs):
-            folder = decide_from_folder(config, folder.jobs + conf_jobs, out, campaign, m, look=folder.look)
+        if conf_reads and not missing(conf_reads):
+            folder = decide_from_folder(config, folder.jobs + conf_reads, out, campaign, m, look=folder.look,
+                                        confirm_look=at)
         d = folder.decision
-        if conf_jobs and missing(conf_jobs):
+        if conf_reads and missing(conf_reads):
             object.__setattr__(d, "repair", not_attempted(config["repair"], f"confirmation jobs failed: {why}"))
         elif cid in selection.not_attempted and campaign.confirm_draws:
             object.__setattr__(d, "repair", not_attempted(config["repair"], selection.not_attempted[cid]))
@@ -264,6 +278,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
               "threshold": campaign.threshold, "m": m, "confirm_m": campaign.confirm_m,
               "anytime": [look.to_dict() for look in planned_looks(campaign.draws)] if campaign.anytime else None,
               "draws": campaign.draws, "confirm_draws": campaign.confirm_draws,
+              "confirm_anytime": [look.to_dict() for look in planned_looks(campaign.confirm_draws)]
+              if campaign.confirm_anytime else None,
               "confirm_draws_needed": needed,
               "confirmation_attempts": list(selection.attempts), "interrupted": interrupted_before,
               "jobs_reused": reused, "draws_resumed": resumed, "elapsed_s": round(time.monotonic() - start, 1),

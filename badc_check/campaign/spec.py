@@ -58,6 +58,8 @@ class CampaignTable:
     pilot: Annotated[int, pydantic.Field(ge=100)] = PILOT
     # RQ3's second cell: stage S3 also confirms what the decisions without A_H select (selection.py)
     confirm_without_hypothesis_events: bool = False
+    # stage S3's unrepaired arm stops at its first planned look that recurs (confirmation.py)
+    confirm_anytime: bool = False
 
 
 @strict
@@ -102,6 +104,7 @@ class Campaign:
     anytime: bool = False  # stop a config at its first planned look with an eligible FAILS or VOID (looks.py)
     pilot: int = PILOT  # draws of the sealed pilot of each config without an exact law (a checkpoint, a path)
     confirm_without_hypothesis_events: bool = False  # S3 confirms the without-A_H cell's selection too
+    confirm_anytime: bool = False  # S3's unrepaired arm stops at its first planned look that recurs
 
     @property
     def m(self) -> int:
@@ -117,7 +120,7 @@ class Campaign:
     def confirm_draws_needed(self) -> int | None:
         """The least confirmation draws per arm that can confirm a repair, when the campaign's are fewer
         and some config has a repair to confirm (every attempt would end "not confirmed"); else None."""
-        least = least_confirm_draws(self.alpha, self.confirm_m)
+        least = least_confirm_draws(self.alpha, self.confirm_m, looks=self.confirm_anytime)
         repairs = any(c.get("repair") for c in self.configs)
         return least if repairs and 0 < self.confirm_draws < least else None
 
@@ -136,6 +139,9 @@ class Campaign:
             settings["anytime"] = {"looks": [look.to_dict() for look in planned_looks(self.draws)]}
         if self.confirm_without_hypothesis_events:  # only when set, so that earlier seals stay valid
             settings["confirm_cells"] = ["with A_H", "without A_H"]
+        if self.confirm_anytime:  # only when set, so that earlier seals stay valid
+            settings["confirm_anytime"] = {"looks": [look.to_dict() for look in planned_looks(self.confirm_draws)],
+                                           "bounds_per_frozen_event": 6}
         parts = {"configs": {c["id"]: h(c) for c in self.configs},
                  "settings": h(settings),
                  "seed_roster": h({"seed": self.seed, "rule": "blake2b(seed|config|arm|index)"}),
@@ -276,7 +282,7 @@ def _table(path: str, doc: dict[str, Any]) -> CampaignTable:
 
 
 def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: int | None = None,
-                  anytime: bool | None = None) -> Campaign:
+                  anytime: bool | None = None, confirm_anytime: bool | None = None) -> Campaign:
     path = str(path)
     doc = _read_toml(path)
     table = _table(path, doc)
@@ -293,12 +299,17 @@ def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: 
     for name, v in (("--draws", draws), ("--confirm", confirm_draws)):
         if v is not None and v < (1 if name == "--draws" else 0):
             raise CampaignError(f"{name} must be {'positive' if name == '--draws' else '>= 0'}, got {v}")
+    confirm_draws = confirm_draws if confirm_draws is not None else table.confirm_draws
+    confirm_anytime = confirm_anytime if confirm_anytime is not None else table.confirm_anytime
+    if confirm_anytime and not confirm_draws:
+        raise CampaignError(f"{path}: confirm_anytime (stage S3 with looks) needs confirmation draws: set [campaign] "
+                            "confirm_draws (or --confirm) above 0, or leave confirm_anytime out")
     return Campaign(path=path, name=table.name or Path(path).stem, alpha=table.alpha, threshold=table.threshold,
-                    draws=draws if draws is not None else table.draws, seed=table.seed,
-                    confirm_draws=confirm_draws if confirm_draws is not None else table.confirm_draws,
+                    draws=draws if draws is not None else table.draws, seed=table.seed, confirm_draws=confirm_draws,
                     configs=configs, shard=table.shard, family_m=table.m,
                     anytime=anytime if anytime is not None else table.anytime, pilot=table.pilot,
-                    confirm_without_hypothesis_events=table.confirm_without_hypothesis_events)
+                    confirm_without_hypothesis_events=table.confirm_without_hypothesis_events,
+                    confirm_anytime=confirm_anytime)
 
 
 def installed_only(campaign: Campaign, log: Callable[[str], None] | None = None) -> Campaign:

@@ -237,3 +237,49 @@ def test_known_defect_logit_bias_drops_user_processors():
     assert calls == [] and banned > 20
     h.llm.create_completion(h.prompt_tokens, max_tokens=3, seed=1, logits_processor=LogitsProcessorList([proc]))
     assert calls  # without logit_bias the processor runs
+
+
+def test_stage_s3_with_looks_stops_the_unrepaired_arm_once_it_recurs(tmp_path):
+    # confirm_anytime on the real engine: prefix parity reads unverified drafts (D1), so the unrepaired
+    # arm's fresh draws show witnesses at the first look and its chain stops; the off and repaired arms
+    # are drawn whole, and the logical-prefix repair leaves no witness on them
+    import json
+
+    from badc_check.campaign import load_campaign, run_campaign
+
+    path = tmp_path / "s3.toml"
+    path.write_text("""
+[campaign]
+draws = 2000
+confirm_draws = 16000
+confirm_anytime = true
+seed = 7
+shard = 8000
+
+[[config]]
+id = "LCP-1"
+engine = "llama_cpp"
+build = "0.3.36"
+prompt = "abcdabcdab"
+max_new_tokens = 4
+drafter = { method = "prompt_lookup", num_pred_tokens = 4, max_ngram_size = 2 }
+sampling = { temperature = 1.0 }
+processors = [{ name = "parity" }]
+predicates = ["allowed_tokens"]
+hypothesis = "H-D1-phys"
+repair = "llama_cpp/logical-prefix"
+""")
+    out = tmp_path / "out"
+    report = run_campaign(load_campaign(path), out, workers=2, log=lambda m: None, plots=False)
+    (c,) = report["configs"]
+    rep = c["repair"]
+    assert c["decision"] == FAILS and rep["attempted"] and rep["exercised"] and rep["calibration_passed"]
+    assert rep["recurrence_look"]["look"] == 1 and rep["recurrence_look"]["draws"] == 1000
+    assert rep["recurrence_witnesses"] > 0 and not any("recurrence" in r for r in rep["reasons"])
+
+    def drawn(arm):
+        return sum(json.loads(f.read_text())["count"] for f in (out / "shards" / "LCP-1").glob(f"{arm}-*.json"))
+
+    assert drawn("off-confirm") == drawn("repaired") == 16_000 and 1_000 <= drawn("on-confirm") < 16_000
+    repaired = json.loads((out / "shards" / "LCP-1" / "repaired-8000.json").read_text())
+    assert repaired["proposed"] > 0 and repaired["violations"] == 0  # speculation exercised, contract held
