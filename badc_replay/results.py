@@ -67,6 +67,9 @@ class ShardResult:
     counters: dict[str, int]
     resumed: int
     elapsed_s: float
+    # the worker's CPU seconds for the shard (all its threads): core-hours that a machine shared with
+    # other work does not inflate, as it does elapsed_s; None in shards written before badc recorded it
+    cpu_s: float | None = None
 
 
 def to_json(result: LawsResult | ShardResult) -> dict[str, Any]:

@@ -122,13 +122,14 @@ def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, o
     cfg = engine.parse_config(config)
     trace = out / "traces" / cfg.id / f"{arm}-{start}.badc"
     trace.parent.mkdir(parents=True, exist_ok=True)
-    t = time.monotonic()
+    t, cpu = time.monotonic(), time.process_time()
     res = engine.collect(cfg, arm, count, seed, trace_path=str(trace), level=level, repair=repair, start=start,
                          progress=progress, seal=seal, applied=config.get("applied", ()))
     result = to_json(ShardResult(id=cfg.id, arm=arm, start=start, count=count, outcomes=res.outcomes,
                                  proposed=res.proposed, accepted=res.accepted, violations=res.violations,
                                  contract=res.contract, records=res.records, counters=res.counters,
-                                 resumed=res.resumed, elapsed_s=round(time.monotonic() - t, 2)))
+                                 resumed=res.resumed, elapsed_s=round(time.monotonic() - t, 2),
+                                 cpu_s=round(time.process_time() - cpu, 2)))
     write_json(out / "shards" / cfg.id / f"{arm}-{start}.json", result)
     return result
 

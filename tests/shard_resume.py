@@ -74,5 +74,5 @@ def kill_and_resume(python: str, config: dict[str, Any], folder: Path, *, arm: s
 
 def same_shard(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Equal in everything a decision reads (not in timing or provenance)."""
-    skip = {"elapsed_s", "resumed"}
+    skip = {"elapsed_s", "cpu_s", "resumed"}
     return {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in b.items() if k not in skip}

@@ -236,6 +236,8 @@ def test_confirm_anytime_stops_the_unrepaired_arm_at_the_look_that_recurs(tmp_pa
         return sum(json.loads(f.read_text())["count"] for f in (out / "shards" / "D1").glob(f"{arm}-*.json"))
 
     assert drawn("off-confirm") == drawn("repaired") == 40_000
+    shards = [json.loads(f.read_text()) for f in (out / "shards" / "D1").glob("*.json")]
+    assert all(0 < s["cpu_s"] <= 2 * s["elapsed_s"] + 1 for s in shards)  # each worker's CPU time, for core-hours
     assert 1_250 <= drawn("on-confirm") < 40_000  # stopped: at most the shards begun before the mark
     assert "at look 1 of 6, 1,250 draws" in (out / "report.md").read_text()
     before = drawn("on-confirm")
