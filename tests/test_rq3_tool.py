@@ -3,6 +3,7 @@ stratum and cell; its analysis counts a recovered cause per cell from known repo
 cell whose selected config has no confirmation result."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,30 @@ def test_a_confirmation_size_that_cannot_confirm_is_refused_before_anything_runs
     assert ran == [] and not (tmp_path / "campaign-1").exists()
     monkeypatch.setattr(rq3.subprocess, "run", lambda *a, **k: ran.append(a) or type("P", (), {"returncode": 0}))
     assert rq3.run(1, 20000, 71543, 2, tmp_path) == 0 and len(ran) == 1
+
+
+def test_analyze_gives_table_5_with_the_exact_bounds_of_d_a_and_d_b(tmp_path):
+    # two campaigns: in the first every cell recovers both causes (d_A = d_B = 0); in the second the random
+    # stratum loses the stateful-processor cause with A_H (d_A = 1) and its directed without-A_H cell is
+    # undetermined (no d_B there); bounds are exact (Clopper-Pearson) over the campaigns where determined
+    full = [_config(f"RQ3-K-{f}-{s}", confirmed=True) for f in ("GUIDANCE", "MIN_TOKENS") for s in "DR"]
+    second = [_config("RQ3-K-GUIDANCE-D", without="NOT_REJECTED", confirmed=True),
+              _config("RQ3-K-SYNTHID-D", attempted=False),
+              _config("RQ3-K-GUIDANCE-R", confirmed=False), _config("RQ3-K-MIN_TOKENS-D", confirmed=True),
+              _config("RQ3-K-MIN_TOKENS-R", confirmed=True)]
+    for k, configs in ((1, full), (2, second)):
+        folder = tmp_path / f"campaign-{k}"
+        folder.mkdir()
+        rows = [{**c, "id": c["id"].replace("-K-", f"-{k}-")} for c in configs]
+        (folder / "report.json").write_text(json.dumps({"campaign": f"rq3-{k}", "configs": rows}))
+    text = rq3.analyze(tmp_path)
+    assert "| rq3-1 | yes, yes | yes, yes | yes, yes | yes, yes |" in text
+    assert "| rq3-2 | yes, yes | undetermined, yes | no, yes | no, yes |" in text
+    assert (f"d_A (directed - random recovered causes, with A_H): determined in 2 of 2, nonzero in 1; exact 95% "
+            f"upper bound on P(d_A != 0): {rq3.cp_upper(1, 2):.2f}") in text
+    assert (f"d_B (directed: with - without A_H): determined in 1 of 2, nonzero in 0; exact 95% upper bound on "
+            f"P(d_B != 0): {rq3.cp_upper(0, 1):.2f}") in text
+    assert f"d_B (random: with - without A_H): determined in 2 of 2, nonzero in 0; exact 95% upper bound on " \
+           f"P(d_B != 0): {rq3.cp_upper(0, 2):.2f}" in text
+    with pytest.raises(SystemExit, match="no finished campaign"):
+        rq3.analyze(tmp_path / "none")

@@ -199,8 +199,9 @@ def analyze(out: Path = OUT) -> str:
               f"{nz}; exact 95% upper bound on P(d_A != 0): {cp_upper(nz, len(d_a)):.2f}" if d_a else
               "d_A: determined in no campaign"]
     for s, xs in d_b.items():
-        lines.append(f"d_B ({s}: with - without A_H): determined in {len(xs)} of {n}, nonzero in "
-                     f"{sum(x != 0 for x in xs)}")
+        nz = sum(x != 0 for x in xs)
+        lines.append(f"d_B ({s}: with - without A_H): determined in {len(xs)} of {n}, nonzero in {nz}"
+                     + (f"; exact 95% upper bound on P(d_B != 0): {cp_upper(nz, len(xs)):.2f}" if xs else ""))
     lines += ["", "| family | directed with A_H | directed without | directed C | random with A_H | random without | "
               "random C |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {f} | " + " | ".join(str(detect[f, s, w]) for s in ("directed", "random")
