@@ -11,8 +11,10 @@ Then, engine-free: 1 against 2 local workers on one campaign, one channel-S deci
 family at 200,000 draws per arm, and draws per arm to FAILS with `--anytime` against fixed n on the
 paper's strong effects. Rates leave out start-up (engine load, model build): each is timed between the
 first progress report of a loop and its end. The bare loop runs before and after the levels; the
-levels are compared with the mean time per draw of the two (the machine's speed drifts). The last
-line is a one-line summary of the ratios.
+levels are compared with the mean time per draw of the two (the machine's speed drifts). Level counts,
+whose cost is a few percent, is measured apart: alternating blocks of bare and counts draws, each block
+timed whole, their ratio summed over the rounds (the spread of the rounds shows the resolution). The
+last line is a one-line summary of the ratios.
 
     .venv/bin/python tools/bench.py            # about 15 minutes on 2 cores
     .venv/bin/python tools/bench.py --quick    # at most 5 minutes
@@ -52,6 +54,7 @@ ENGINES: dict[str, dict[str, Any]] = {
     "vllm": {"build": "0.32.0", "draws": (2000, 10000), "config": {"sampling": {"temperature": 1.0}}},
 }
 LEVELS = ("counts", "calls", "full")
+AB_ROUNDS = 4  # level counts against the bare loop: alternating blocks, as many draws in all as one loop
 
 
 # -- inside the build's interpreter ------------------------------------------------------------------
@@ -83,10 +86,31 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
             harness.draw(seeds[lo:lo + step]) if step > 1 else harness.draw(seeds[lo])
         return (draws - warm) / (time.perf_counter() - t)
 
+    def alternating(rounds: int) -> None:
+        """Level counts against the bare loop in alternating blocks, each timed whole (a probe's few percent
+        are below the drift between two separate loops here; between adjacent blocks the drift is small)."""
+        block = -(-draws // rounds // engine.batch) * engine.batch
+        t_bare = t_counts = 0.0
+        ratios = []
+        for r in range(rounds):
+            lo = draws + r * block  # seeds the other loops do not use
+            t = time.perf_counter()
+            for i in range(lo, lo + block, engine.batch):
+                harness.draw(list(range(i, i + engine.batch))) if engine.batch > 1 else harness.draw(i)
+            b = time.perf_counter() - t
+            t = time.perf_counter()
+            engine.collect(cfg, "on", block, 1, start=lo, level="counts")
+            c = time.perf_counter() - t
+            t_bare, t_counts = t_bare + b, t_counts + c
+            ratios.append(b / c)
+        out["counts_ab"], out["counts_ab_rounds"] = t_bare / t_counts, ratios
+
     for cell in cells:
         if cell == "bare":
             harness = engine.process_harness(cfg, "on")  # the levels' cells after it reuse it
             out["bare"] = bare()
+        elif cell == "counts_ab":
+            alternating(AB_ROUNDS)
         elif cell == "law":
             t = time.perf_counter()
             law = engine.reference_law(cfg)
@@ -162,7 +186,7 @@ def engine_figures(engine: str, quick: bool, folder: str) -> dict[str, Any] | No
     draws = ENGINES[engine]["draws"][0 if quick else 1]
     from badc_replay.registry import get_engine
 
-    cells = ["bare", *LEVELS, *(["repaired"] if "repair" in ENGINES[engine] else [])]
+    cells = ["bare", "counts_ab", "calls", "full", *(["repaired"] if "repair" in ENGINES[engine] else [])]
     fig: dict[str, Any] = {"draws": draws}
     # the on arm's loops share one harness (one engine start; a repaired arm gets its own); vLLM's kernel
     # needs a second in-process LLM, which its CPU kernel registration may refuse once engine modules ran
@@ -264,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {"engines": {}}
     summary = []
     with tempfile.TemporaryDirectory() as folder:
-        print("\n| engine | draws | bare draws/s (before, after the levels) | counts | calls | full | full + replay | "
+        print("\n| engine | draws | bare draws/s (before, after the levels) | counts (alternating with bare: all, "
+              "rounds' range) | calls | full | full + replay | "
               "replay calls/s | bytes/draw calls, full | exact law | worker / bench (calls) | "
               "repaired arm: time / on arm's |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -277,16 +302,19 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             figures["engines"][engine] = fig
             bare = fig["bare"]
-            r = {lv: fig[lv] / bare for lv in LEVELS}
+            r = {lv: fig[lv] / bare for lv in LEVELS if lv in fig}
+            r["counts"] = fig["counts_ab"]  # alternating blocks: a ratio within each round, not across loops
+            spread = f" ({min(fig['counts_ab_rounds']):.2f}-{max(fig['counts_ab_rounds']):.2f})"
             worker = fig["worker_calls"] / fig["calls"]
             # the repaired arm against the on arm, both at level full with their replay: a time ratio
             repaired = fig["full_with_replay"] / fig["repaired_with_replay"] if "repaired_with_replay" in fig else None
             rep = "-" if repaired is None else f"{repaired:.2f}"
             drift = f" ({fig['bare_first']:,.0f}, {fig['bare_last']:,.0f})" if "bare_last" in fig else ""
-            print(f"| {engine} | {fig['draws']:,} | {bare:,.0f}{drift} | {r['counts']:.2f} | {r['calls']:.2f} | "
-                  f"{r['full']:.2f} | {fig['full_with_replay'] / bare:.2f} | {fig['full_replay_calls_per_s']:,.0f} | "
-                  f"{fig['calls_bytes_per_draw']:.0f}, {fig['full_bytes_per_draw']:.0f} | {fig['law_s']:.1f} s "
-                  f"({fig['law_outcomes']} outcomes) | {worker:.2f} | {rep} |")
+            print(f"| {engine} | {fig['draws']:,} | {bare:,.0f}{drift} | {r['counts']:.2f}{spread} | "
+                  f"{r['calls']:.2f} | {r['full']:.2f} | {fig['full_with_replay'] / bare:.2f} | "
+                  f"{fig['full_replay_calls_per_s']:,.0f} | {fig['calls_bytes_per_draw']:.0f}, "
+                  f"{fig['full_bytes_per_draw']:.0f} | {fig['law_s']:.1f} s ({fig['law_outcomes']} outcomes) | "
+                  f"{worker:.2f} | {rep} |")
             summary.append(f"{engine} counts {r['counts']:.2f} full+replay {fig['full_with_replay'] / bare:.2f} "
                            f"worker {worker:.2f}" + ("" if repaired is None else f" repaired {repaired:.2f}"))
         t = time.monotonic()
