@@ -71,7 +71,6 @@ def least_bounds(looks: bool = False) -> int:
     return (6 if looks else 5) * 1 + 1 + 2
 
 
-
 def least_confirm_draws(alpha: float, m: int, looks: bool = False) -> int:
     """The fewest draws per repaired arm with which any repair can be confirmed at `alpha` over `m`
     attempts: with fewer, even a repaired arm without a single witness has a witness-rate upper bound
@@ -132,7 +131,7 @@ def confirm_repair(repair_id: str, family: EventFamily, frozen: Sequence[str],
     if cal.passed is not True:
         reasons.append("fresh off arm failed calibration" if cal.passed is False else "no reference law")
     if not recurs(rec, fresh_w):
-        at = "" if look is None else f" (at {look}, the last)"
+        at = "" if look is None else f" (at {look})"
         reasons.append(f"no recurrence: {rec:.4f} <= {GAP_LIMIT} and no fresh witness{at}")
     if not gap_ub <= GAP_LIMIT:
         reasons.append(f"repaired gap upper bound {gap_ub:.4f} > {GAP_LIMIT}")

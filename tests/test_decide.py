@@ -182,7 +182,7 @@ def test_recurrence_at_a_look_uses_the_prefixes_and_the_looks_share_of_its_own_t
     last = planned_looks(n)[-1]
     flat = confirm_repair("fix", fam, frozen, P, {}, off, off, rep, proposed_on=5, proposed_repaired=5, alpha=0.05,
                           m=1, look=last, off_prefix=off)
-    assert not flat.confirmed and flat.reasons[0].endswith("(at look 9 of 9 (400,000 draws per arm), the last)")
+    assert not flat.confirmed and flat.reasons[0].endswith("(at look 9 of 9 (400,000 draws per arm))")
     with pytest.raises(ValueError, match="prefix"):
         confirm_repair("fix", fam, frozen, P, {}, off, on, rep, proposed_on=5, proposed_repaired=5, alpha=0.05,
                        m=1, look=look)
