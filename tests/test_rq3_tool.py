@@ -85,9 +85,13 @@ def test_analyze_gives_table_5_with_the_exact_bounds_of_d_a_and_d_b(tmp_path):
         folder.mkdir()
         rows = [{**c, "id": c["id"].replace("-K-", f"-{k}-")} for c in configs]
         (folder / "report.json").write_text(json.dumps({"campaign": f"rq3-{k}", "configs": rows}))
+    shard = tmp_path / "campaign-1" / "shards" / "RQ3-1-GUIDANCE-D"
+    shard.mkdir(parents=True)
+    (shard / "on-0.json").write_text(json.dumps({"elapsed_s": 7200.0, "cpu_s": 5400.0}))
+    (shard / "off-0.json").write_text(json.dumps({"elapsed_s": 3600.0}))  # before CPU time was recorded
     text = rq3.analyze(tmp_path)
-    assert "| rq3-1 | yes, yes | yes, yes | yes, yes | yes, yes |" in text
-    assert "| rq3-2 | yes, yes | undetermined, yes | no, yes | no, yes |" in text
+    assert "| rq3-1 | yes, yes | yes, yes | yes, yes | yes, yes | elapsed 3.0, CPU 1.5 (1 of 2 shards) |" in text
+    assert "| rq3-2 | yes, yes | undetermined, yes | no, yes | no, yes | - |" in text
     assert (f"d_A (directed - random recovered causes, with A_H): determined in 2 of 2, nonzero in 1; exact 95% "
             f"upper bound on P(d_A != 0): {rq3.cp_upper(1, 2):.2f}") in text
     assert (f"d_B (directed: with - without A_H): determined in 1 of 2, nonzero in 0; exact 95% upper bound on "

@@ -162,6 +162,18 @@ def cp_upper(k: int, n: int, alpha: float = 0.05) -> float:
     return 1.0 if k == n else float(beta.ppf(1 - alpha, k + 1, n - k))
 
 
+def _cost(folder: Path) -> str:
+    """A campaign's worker core-hours from its shards (tools/core_hours.py): elapsed, and CPU where recorded."""
+    shards = [json.loads(f.read_text()) for f in folder.glob("shards/*/*.json")]
+    if not shards:
+        return "-"
+    elapsed = sum(s["elapsed_s"] for s in shards) / 3600
+    timed = [s for s in shards if s.get("cpu_s") is not None]
+    cpu = f", CPU {sum(s['cpu_s'] for s in timed) / 3600:.1f}" + ("" if len(timed) == len(shards) else
+                                                                     f" ({len(timed)} of {len(shards)} shards)")
+    return f"elapsed {elapsed:.1f}" + (cpu if timed else "")
+
+
 def analyze(out: Path = OUT) -> str:
     reports = sorted(out.glob("campaign-*/report.json"))
     if not reports:
@@ -172,7 +184,7 @@ def analyze(out: Path = OUT) -> str:
         r = json.loads(path.read_text())
         rec = {(s, w): [cell(r, s, rep, w == "without") for rep in CAUSES] for s in ("directed", "random")
                for w in ("with", "without")}
-        rows.append((r["campaign"], rec))
+        rows.append((r["campaign"], rec, _cost(path.parent)))
         count = {key: (None if "undetermined" in v else v.count("yes")) for key, v in rec.items()}
         if None not in (count["directed", "with"], count["random", "with"]):
             d_a.append(count["directed", "with"] - count["random", "with"])
@@ -189,11 +201,11 @@ def analyze(out: Path = OUT) -> str:
             detect[fam, s, "C"] += bool((c.get("comparator") or {}).get("rejected"))
     n = len(rows)
     lines = [f"# RQ3 at this machine's scale: {n} campaign(s) (the paper: 10)", "",
-             "| campaign | directed, with A_H | directed, without | random, with A_H | random, without |",
-             "|---|---|---|---|---|"]
-    for name, rec in rows:
+             "| campaign | directed, with A_H | directed, without | random, with A_H | random, without | "
+             "worker core-hours |", "|---|---|---|---|---|---|"]
+    for name, rec, cost in rows:
         lines.append(f"| {name} | " + " | ".join(", ".join(rec[s, w]) for s in ("directed", "random")
-                                                for w in ("with", "without")) + " |")
+                                                for w in ("with", "without")) + f" | {cost} |")
     nz = sum(x != 0 for x in d_a)
     lines += ["", f"d_A (directed - random recovered causes, with A_H): determined in {len(d_a)} of {n}, nonzero in "
               f"{nz}; exact 95% upper bound on P(d_A != 0): {cp_upper(nz, len(d_a)):.2f}" if d_a else
