@@ -33,3 +33,23 @@ def test_core_hours_add_each_shards_own_draws_and_say_which_lack_cpu_time(tmp_pa
     assert "| toy | S1-S2 | on | 1,600 | 1.00 | 0.75 | 0 |" in out and "| all | | | 2,100 | 2.00 | 0.75 | 500 |" in out
     with pytest.raises(SystemExit, match="holds no shards"):
         core_hours.tally([tmp_path / "empty"])
+
+
+def test_a_runs_draws_at_another_runs_cpu_per_draw(tmp_path, capsys):
+    # a long run's own draws priced at a short run's CPU seconds per draw, per config and arm, each short
+    # shard less one worker start-up; a config and arm the short run lacks is an error naming it
+    old, short = tmp_path / "old", tmp_path / "short"
+    for folder in (old, short):
+        (folder / "configs").mkdir(parents=True)
+        (folder / "configs" / "A.json").write_text(json.dumps({"id": "A", "engine": "toy"}))
+    _shard(old, "A", "on", 0, 360_000, 99.0)
+    _shard(old, "A", "repaired", 0, 7_200, 99.0)
+    _shard(short, "A", "on", 0, 1000, 12.0, cpu=11.0)  # (11 - 1) s for 1,000 draws: 10 ms a draw
+    _shard(short, "A", "on", 1000, 1000, 12.0, cpu=11.0)
+    with pytest.raises(SystemExit, match="short has no CPU time for A repaired"):
+        core_hours.at_rates([old], short, {"toy": 1.0})
+    _shard(short, "A", "repaired", 0, 1000, 99.0, cpu=501.0)  # 0.5 s a draw
+    est = core_hours.at_rates([old], short, {"toy": 1.0})
+    assert est["toy", "S1-S2"] == pytest.approx(3600.0) and est["toy", "S3"] == pytest.approx(3600.0)
+    assert core_hours.main([str(old), "--rates", str(short), "--startup", "toy=1"]) == 0
+    assert "| toy | S1-S2 | 1.00 |" in capsys.readouterr().out
