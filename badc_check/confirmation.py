@@ -44,13 +44,17 @@ class RepairResult:
     attempted: bool = True  # False: stage S3 gave this config no attempt (the reasons say why)
     delta_b: dict | None = None  # badc_check/delta_b.py on the confirmation arms, beside (never in) the rule
     recurrence_look: dict | None = None  # under confirm_anytime: the look recurrence was judged at
+    # the repaired arm's trace replay (its own channel, beside the rule, never in it): whether the repaired
+    # engine's calls keep the sequential contract, e.g. {"status": "held", "calls": 932973, "violations": 0}
+    contract: dict | None = None
 
     def to_dict(self) -> dict:
         return {"id": self.id, "attempted": self.attempted, "confirmed": self.confirmed,
                 "recurrence": self.recurrence, "gap_ub": self.gap_ub, "witness_ub": self.witness_ub,
                 "recurrence_witnesses": self.recurrence_witnesses,
                 "calibration_passed": self.calibration_passed, "exercised": self.exercised,
-                "reasons": list(self.reasons), "delta_b": self.delta_b, "recurrence_look": self.recurrence_look}
+                "reasons": list(self.reasons), "delta_b": self.delta_b, "recurrence_look": self.recurrence_look,
+                "contract": self.contract}
 
 
 def not_attempted(repair_id: str, why: str) -> RepairResult:

@@ -245,3 +245,15 @@ def test_a_diffuse_mechanism_is_detected_through_a_h_only_and_the_report_says_so
     assert d.to_dict()["without_hypothesis_events"] == w
     # without a hypothesis there is nothing to withhold
     assert decide(Config("plain", on, off, reference=p)).without_hypothesis_events is None
+
+
+def test_the_report_says_whether_the_repaired_arms_calls_keep_the_contract():
+    from badc_check.campaign.report import _repaired_contract
+
+    first = {"message": "call 3 of request 7: processor saw 5 ids, expected 4"}
+    broken = {"status": "broken", "calls": 900, "violations": 12, "requests": 100, "violating_requests": 9,
+              "first_violation": first, "left_unchecked": []}
+    assert _repaired_contract(broken) == ("the repaired arm's calls BREAK the contract (12 violations in 9 of 100 "
+                                          "requests; first: call 3 of request 7: processor saw 5 ids, expected 4)")
+    unchecked = {**broken, "status": "unchecked", "violations": 0, "left_unchecked": ["no request was replayed"]}
+    assert _repaired_contract(unchecked) == "the repaired arm's contract is unchecked (no request was replayed)"

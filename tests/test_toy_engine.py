@@ -173,6 +173,11 @@ def test_the_campaign_runner_end_to_end_on_the_toy_engine(tmp_path):
     assert f"**4,000 draws per confirmation arm cannot confirm any repair: at least {needed:,} can**" in \
         (tmp_path / "out" / "report.md").read_text()
     assert d3["repair"]["attempted"] is False and "attempted through D1" in d3["repair"]["reasons"][0]
+    # beside the rule, the repaired arm's own trace replay: the repaired engine's calls keep the contract
+    held = rep["contract"]
+    assert held["status"] == "held" and held["calls"] > 4000 and held["violations"] == 0
+    assert (f"- repair toy/logical-rows: the repaired arm's calls keep the contract ({held['calls']:,} calls of 4,000 "
+            "requests replayed)") in (tmp_path / "out" / "report.md").read_text()
     # Beside each decision (#27): the comparator C at alpha / m, and the complete marginal bounds, one
     # simultaneous construction over first token, visible length and termination (and the repaired arm)
     assert neg["comparator"]["agreement"] == "neither rejected" and neg["comparator"]["level"] == 0.05 / 3

@@ -120,7 +120,10 @@ def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, 
         db = ({"unavailable": "the confirmation arms returned records whose importance weights are not known for "
                               "every draw (shards from before badc recorded them)"} if on_w is None or off_w is None
               else delta_b(on_w, off_w, campaign.alpha / campaign.confirm_m, laws["reference"]).to_dict())
-        object.__setattr__(d, "repair", dataclasses.replace(r, delta_b=db))
+        c = arms["repaired"].contract
+        contract = {k: c[k] for k in ("status", "calls", "violations", "requests", "violating_requests",
+                                      "first_violation", "left_unchecked")}
+        object.__setattr__(d, "repair", dataclasses.replace(r, delta_b=db, contract=contract))
     return d
 
 

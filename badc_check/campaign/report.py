@@ -75,6 +75,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += [f"- {r}" for r in c.get("reasons", [])]
         if c.get("repair"):
             lines += [f"- repair {c['repair']['id']}: {r}" for r in c["repair"].get("reasons", [])]
+            if c["repair"].get("contract"):
+                lines.append(f"- repair {c['repair']['id']}: {_repaired_contract(c['repair']['contract'])}")
             if c["repair"].get("delta_b"):
                 lines.append(f"- {delta_b_line(c['repair']['delta_b'])}")
         if c.get("anytime"):
@@ -133,3 +135,15 @@ def report_markdown(report: dict[str, Any]) -> str:
 def _recurrence_at(look: dict | None) -> str:
     """Under confirm_anytime: where the unrepaired arm's recurrence was judged."""
     return "" if look is None else f" at look {look['look']} of {look['of']}, {look['draws']:,} draws"
+
+
+def _repaired_contract(c: dict) -> str:
+    """The repaired arm's trace replay, beside the confirmation rule."""
+    if c["status"] == "held":
+        return (f"the repaired arm's calls keep the contract ({c['calls']:,} calls of {c['requests']:,} requests "
+                "replayed)")
+    if c["status"] == "broken":
+        first = (c.get("first_violation") or {}).get("message", "")
+        return (f"the repaired arm's calls BREAK the contract ({c['violations']:,} violations in "
+                f"{c['violating_requests']:,} of {c['requests']:,} requests; first: {first})")
+    return f"the repaired arm's contract is unchecked ({'; '.join(c['left_unchecked'])})"

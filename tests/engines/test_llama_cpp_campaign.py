@@ -283,3 +283,4 @@ repair = "llama_cpp/logical-prefix"
     assert drawn("off-confirm") == drawn("repaired") == 16_000 and 1_000 <= drawn("on-confirm") < 16_000
     repaired = json.loads((out / "shards" / "LCP-1" / "repaired-8000.json").read_text())
     assert repaired["proposed"] > 0 and repaired["violations"] == 0  # speculation exercised, contract held
+    assert rep["contract"]["status"] == "held" and rep["contract"]["requests"] == 16_000  # said in the report
