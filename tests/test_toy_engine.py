@@ -248,6 +248,11 @@ def test_confirm_anytime_stops_the_unrepaired_arm_at_the_look_that_recurs(tmp_pa
     before = drawn("on-confirm")
     again = run_campaign(camp, out, workers=2, log=lambda m: None, plots=False)
     assert again["configs"][0]["repair"] == rep and drawn("on-confirm") == before  # the rerun drew no more of it
+    # a partial report while the repaired arm is still drawing says the unrepaired arm has enough
+    (out / "shards" / "D1" / "repaired-30000.json").unlink()
+    pending = run_campaign(camp, out, partial=True, log=lambda m: None, plots=False)["pending"][0]["draws"]
+    assert pending["repaired"] == "30,000/40,000" and pending["on-confirm"] == \
+        f"{before:,}/40,000 (enough: it recurs at look 1 of 6 (1,250 draws per arm))"
     # the rule is sealed: the same folder without the looks is refused, and looks without S3 draws are an error
     path.write_text(CONFIRM_ANYTIME.replace("confirm_anytime = true\n", ""))
     with pytest.raises(CampaignError, match="settings"):

@@ -233,7 +233,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     for cid, jobs in plans.items():
         config = jobs[0].config
         conf_jobs = confirm.get(cid, [])
-        conf_reads, at = reads.get(cid, ([], None))
+        conf_reads, recurred = reads.get(cid, ([], None))
         left = ([] if cid in found else missing(jobs)) + missing(conf_reads)
         why = (unbuilt.get(cid) or failed(cid, jobs + conf_reads)) if left else None
         if (left or cid in waiting) and incomplete:
@@ -244,6 +244,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                 done_total[1] += j.count
             pending.append({"id": cid, "laws": jobs[0].output(out).exists(), "failed": why,
                             "draws": {arm: f"{d:,}/{t:,}" for arm, (d, t) in arms_done.items()}})
+            if recurred is not None and recurred.index < recurred.of:  # its unrepaired arm needs no more draws
+                pending[-1]["draws"]["on-confirm"] += f" (enough: it recurs at {recurred})"
             if cid in waiting and not left:
                 pending[-1]["waiting"] = "its confirmation is selected once every config of its build is decided"
             if cid in found:  # its discovery is decided; only its confirmation is not done (or not selected)
@@ -259,7 +261,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         folder = found[cid]
         if conf_reads and not missing(conf_reads):
             folder = decide_from_folder(config, folder.jobs + conf_reads, out, campaign, m, look=folder.look,
-                                        confirm_look=at)
+                                        confirm_look=recurred)
         d = folder.decision
         if conf_reads and missing(conf_reads):
             object.__setattr__(d, "repair", not_attempted(config["repair"], f"confirmation jobs failed: {why}"))
