@@ -244,13 +244,21 @@ def test_confirm_anytime_stops_the_unrepaired_arm_at_the_look_that_recurs(tmp_pa
     shards = [json.loads(f.read_text()) for f in (out / "shards" / "D1").glob("*.json")]
     assert all(0 < s["cpu_s"] <= 2 * s["elapsed_s"] + 1 for s in shards)  # each worker's CPU time, for core-hours
     assert 1_250 <= drawn("on-confirm") < 40_000  # stopped: at most the shards begun before the mark
-    assert "at look 1 of 6, 1,250 draws" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "at look 1 of 6, 1,250 draws" in md and "Stage S3 with looks: 6 planned looks at 1,250, 2,500" in md
+    # what the shards cost their workers (elapsed, and CPU since every shard records it)
+    w = report["worker_core_hours"]
+    assert 0 < w["cpu"] <= 2 * w["elapsed"] and f"{w['elapsed']:.2f} core-hours elapsed, {w['cpu']:.2f} CPU" in md
     before = drawn("on-confirm")
     again = run_campaign(camp, out, workers=2, log=lambda m: None, plots=False)
     assert again["configs"][0]["repair"] == rep and drawn("on-confirm") == before  # the rerun drew no more of it
     # a partial report while the repaired arm is still drawing says the unrepaired arm has enough
     (out / "shards" / "D1" / "repaired-30000.json").unlink()
-    pending = run_campaign(camp, out, partial=True, log=lambda m: None, plots=False)["pending"][0]["draws"]
+    old = out / "shards" / "D1" / "off-0.json"  # a shard from before CPU time was recorded
+    old.write_text(json.dumps({k: v for k, v in json.loads(old.read_text()).items() if k != "cpu_s"}))
+    partial = run_campaign(camp, out, partial=True, log=lambda m: None, plots=False)
+    assert partial["worker_core_hours"]["cpu"] is None and partial["worker_core_hours"]["elapsed"] > 0
+    pending = partial["pending"][0]["draws"]
     assert pending["repaired"] == "30,000/40,000" and pending["on-confirm"] == \
         f"{before:,}/40,000 (enough: it recurs at look 1 of 6 (1,250 draws per arm))"
     # the rule is sealed: the same folder without the looks is refused, and looks without S3 draws are an error

@@ -32,6 +32,15 @@ def report_markdown(report: dict[str, Any]) -> str:
                   + ", ".join(f"{lk['draws']:,}" for lk in looks) + " draws per arm, the error budget spent over "
                   "them (the last look half of it); a config stops at its first look with an eligible FAILS or "
                   "VOID.", ""]
+    if report.get("confirm_anytime"):
+        looks = report["confirm_anytime"]
+        lines += [f"Stage S3 with looks: {len(looks)} planned looks at "
+                  + ", ".join(f"{lk['draws']:,}" for lk in looks) + " draws per confirmation arm; the unrepaired "
+                  "arm stops at its first look that recurs, the off and repaired arms are drawn whole.", ""]
+    if report.get("worker_core_hours"):
+        w = report["worker_core_hours"]
+        lines += [f"Worker time of the shards in this folder: {w['elapsed']:.2f} core-hours elapsed"
+                  + (f", {w['cpu']:.2f} CPU" if w["cpu"] is not None else "") + ".", ""]
     if "pending" in report:
         lines += [f"**Partial report: {len(report['configs'])} of {report['m']} configs decided**, each with the "
                   "whole roster's m, so these decisions are final; the pending configs are listed at the end.", ""]

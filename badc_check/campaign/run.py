@@ -285,6 +285,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
               "confirm_draws_needed": needed,
               "confirmation_attempts": list(selection.attempts), "interrupted": interrupted_before,
               "jobs_reused": reused, "draws_resumed": resumed, "elapsed_s": round(time.monotonic() - start, 1),
+              "worker_core_hours": _worker_time([j for js in [*plans.values(), *confirm.values()] for j in js], out),
               "configs": [results[c["id"]] for c in campaign.configs if c["id"] in results]}
     if incomplete:
         report["pending"] = pending
@@ -298,6 +299,17 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
 
         plot_campaign(out, report, decided)
     return report
+
+
+def _worker_time(jobs: list[Job], out: Path) -> dict[str, float | None]:
+    """What the finished shards cost their workers, earlier runs' included: elapsed core-hours, and CPU
+    core-hours when every one of them recorded it (None otherwise: never a partial sum)."""
+    import json
+
+    done = [json.loads(j.output(out).read_text()) for j in jobs if j.kind == "shard" and j.output(out).exists()]
+    cpu = [d.get("cpu_s") for d in done]
+    return {"elapsed": round(sum(d["elapsed_s"] for d in done) / 3600, 3),
+            "cpu": None if None in cpu else round(sum(cpu) / 3600, 3)}
 
 
 def _variant(config: dict[str, Any]) -> dict[str, Any]:
