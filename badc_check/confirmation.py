@@ -66,13 +66,17 @@ def bounds_for_confirmation(family: EventFamily, frozen: Sequence[str], looks: b
     """Per frozen event: L_on, U_off (recurrence), U_rep, L_rep, L_off (gap), and with `looks` the gap's
     own U_off on the whole off arm (the recurrence's is on a prefix); one witness-rate bound; and the fresh
     off arm's calibration over the full family."""
-    return (6 if looks else 5) * len(frozen) + 1 + len(family)
+    return _bounds(len(frozen), len(family), looks)
 
 
 def least_bounds(looks: bool = False) -> int:
     """The fewest bounds a confirmation can have: one frozen event in a family of two (an event and its
     complement)."""
-    return (6 if looks else 5) * 1 + 1 + 2
+    return _bounds(1, 2, looks)
+
+
+def _bounds(frozen: int, family: int, looks: bool) -> int:
+    return (6 if looks else 5) * frozen + 1 + family
 
 
 def least_confirm_draws(alpha: float, m: int, looks: bool = False) -> int:
