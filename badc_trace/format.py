@@ -301,7 +301,8 @@ class TraceReader:
                 if not isinstance(rec, dict):
                     raise self._fail(at, f"record {len(records)} of chunk is a {type(rec).__name__}, "
                                          "expected a map")
-                _check_depth(rec, self.path, at)
+                if not _CONTAINERS.isdisjoint(map(type, rec.values())):  # a flat record (most) is checked here, in C
+                    _check_depth(rec, self.path, at)
                 if not isinstance(rec.get("type"), str):
                     raise self._fail(at, f"record {len(records)} of chunk has no string 'type' field")
                 records.append(rec)

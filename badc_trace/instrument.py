@@ -38,6 +38,11 @@ class TraceSink:
             raise ValueError(f"trace level must be one of {', '.join(LEVELS)}, not {level!r}")
         self.writer = writer
         self.level = level
+        # Whether per-call records are written (levels calls and full, with a trace), and whether they carry
+        # scores (level full): probes build records, digests and score copies only then, since they sit on
+        # the engine's hot path. Fixed at construction: plain attributes, read several times per token.
+        self.recording = writer is not None and level != "counts"
+        self.full = writer is not None and level == "full"
         self.counters: dict[str, int] = {"requests": 0, "proposed": 0, "accepted": 0, "drafter_calls": 0,
                                          "processor_calls": 0, "stop_checks": 0, "kv_removals": 0, "crashes": 0,
                                          "probe_errors": 0}
@@ -47,24 +52,14 @@ class TraceSink:
         with self.lock:
             self.counters[name] = self.counters.get(name, 0) + n
 
-    @property
-    def recording(self) -> bool:
-        """Whether per-call records are written (levels calls and full, with a trace): probes build
-        records, digests and score copies only then, since they sit on the engine's hot path."""
-        return self.writer is not None and self.level != "counts"
-
-    @property
-    def full(self) -> bool:
-        """Whether records carry scores (level full, with a trace): probes copy scores only then."""
-        return self.writer is not None and self.level == "full"
-
     def emit(self, record: dict[str, Any]) -> None:
         """Write a per-call record (levels calls and full). Never raises into the engine: a record
         that cannot be written is counted as a probe error, and the engine call goes on."""
         if self.recording:
             try:
+                record = plain(record)
                 with self.lock:
-                    self.writer.write(plain(record))
+                    self.writer.write(record)
             except (TypeError, ValueError, OverflowError, OSError):
                 self.count("probe_errors")
 
@@ -75,15 +70,25 @@ class TraceSink:
 
 
 _LEAVES = frozenset({int, float, str, bytes, bool, type(None)})
+_LEAVES_AND_LIST = _LEAVES | {list}
+_STR = frozenset({str})
 
 
 def plain(obj: Any) -> Any:
-    """numpy scalars and arrays (which engines hand back inside their results) as msgpack-able values."""
-    if isinstance(obj, dict):  # a record: most values are leaves already (no call per value then)
+    """numpy scalars and arrays (which engines hand back inside their results) as msgpack-able values, and
+    map keys as strings. What is plain already is returned as it is (it is packed at once, never kept)."""
+    if isinstance(obj, dict):
+        if _STR.issuperset(map(type, obj)):
+            values = obj.values()
+            if _LEAVES.issuperset(map(type, values)):  # in C
+                return obj
+            if _LEAVES_AND_LIST.issuperset(map(type, values)) and all(
+                    _LEAVES.issuperset(map(type, v)) for v in values if type(v) is list):  # token ids beside leaves
+                return obj
         return {k if type(k) is str else str(k): v if type(v) in _LEAVES else plain(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         if _LEAVES.issuperset(map(type, obj)):  # token ids, most of a record: no call per element (in C)
-            return list(obj)
+            return obj
         return [plain(v) for v in obj]
     if isinstance(obj, np.generic):
         return obj.item()
@@ -98,9 +103,9 @@ def state_digest(obj: Any) -> str:
     digest of its bytes, computed once per in-place version (torch's version counter): SynthID's
     512 KiB sampling table would otherwise be hashed at every processor call. A change made behind
     that counter (through `.data` or a NumPy view) is not seen until the tensor changes otherwise."""
-    h = hashlib.blake2b(digest_size=8)
-    _digest(h, getattr(obj, "__dict__", {}), 0)
-    return h.hexdigest()
+    pieces: list[bytes] = []  # hashed at once: what one update per piece would give, at a fraction of the calls
+    _digest(pieces, getattr(obj, "__dict__", {}), 0)
+    return hashlib.blake2b(b"".join(pieces), digest_size=8).hexdigest()
 
 
 BIG_TENSOR = 1 << 16  # bytes
@@ -134,27 +139,32 @@ def _tensor_bytes(v: Any) -> bytes:
     return d
 
 
-def _digest(h: Any, v: Any, depth: int) -> None:
-    h.update(type(v).__name__.encode())
+_LEAF_NAMES = {t: t.__name__.encode() for t in (int, float, str, bool, bytes, type(None))}
+
+
+def _digest(out: list[bytes], v: Any, depth: int) -> None:
+    leaf = _LEAF_NAMES.get(type(v))
+    if leaf is not None:  # most of a processor's state: its name and repr, as the last branch gives them
+        out += (leaf, repr(v).encode())
+        return
+    out.append(type(v).__name__.encode())
     if isinstance(v, dict):
         for k in sorted(v, key=str):
-            h.update(str(k).encode())
-            _digest(h, v[k], depth + 1)
+            out.append(str(k).encode())
+            _digest(out, v[k], depth + 1)
     elif isinstance(v, list | tuple):
         for x in v:
-            _digest(h, x, depth + 1)
+            _digest(out, x, depth + 1)
     elif isinstance(v, np.ndarray | np.generic):
-        h.update(str(np.shape(v)).encode())
-        h.update(np.ascontiguousarray(v).tobytes())
+        out += (str(np.shape(v)).encode(), np.ascontiguousarray(v).tobytes())
     elif hasattr(v, "detach") and hasattr(v, "numpy"):  # a tensor, without importing its library
-        h.update(str(tuple(v.shape)).encode())
-        h.update(_tensor_bytes(v))
+        out += (str(tuple(v.shape)).encode(), _tensor_bytes(v))
     elif hasattr(v, "named_parameters"):
         pass  # a model the processor calls: shared weights, not the processor's state
     elif isinstance(v, str | int | float | bool | bytes) or v is None:
-        h.update(repr(v).encode())
+        out.append(repr(v).encode())
     elif depth < 4 and hasattr(v, "__dict__"):  # e.g. a cache object: its tensors are the state
-        _digest(h, vars(v), depth + 1)
+        _digest(out, vars(v), depth + 1)
 
 
 def _forget_vocabs() -> None:

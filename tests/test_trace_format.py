@@ -265,10 +265,14 @@ def test_sink_writes_engine_values_as_plain_msgpack(tmp_path):
     sink = TraceSink(TraceWriter(path, engine="x", build="1", config={}, seal=""), level="full")
     sink.emit({"type": "call", "ids": [1, 2, 3], "rows": ((4, 5), [np.int64(6), 7]), "p": np.float32(0.5),
                "arr": np.arange(3), "flag": np.bool_(True), "keys": {7: "a"}, "raw": b"\x00", "none": None})
+    sink.emit({"type": "leaves", 5: 1, "n": np.int64(2)})  # an int key beside leaves, a numpy leaf alone
+    sink.emit({"type": "plain", "ids": (1, 2), "n": 3})  # plain already: written as it is
     sink.close()
-    (rec,) = [r for r in read_trace(path) if r["type"] == "call"]
-    assert rec == {"type": "call", "ids": [1, 2, 3], "rows": [[4, 5], [6, 7]], "p": 0.5, "arr": [0, 1, 2],
-                   "flag": True, "keys": {"7": "a"}, "raw": b"\x00", "none": None}
+    recs = {r["type"]: r for r in read_trace(path)}
+    assert recs["call"] == {"type": "call", "ids": [1, 2, 3], "rows": [[4, 5], [6, 7]], "p": 0.5, "arr": [0, 1, 2],
+                            "flag": True, "keys": {"7": "a"}, "raw": b"\x00", "none": None}
+    assert recs["leaves"] == {"type": "leaves", "5": 1, "n": 2} and recs["plain"] == {"type": "plain", "ids": [1, 2],
+                                                                                      "n": 3}
 
 
 def test_writer_resumes_at_a_position_and_cuts_what_followed(tmp_path):

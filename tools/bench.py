@@ -12,9 +12,10 @@ family at 200,000 draws per arm, and draws per arm to FAILS with `--anytime` aga
 paper's strong effects. Rates leave out start-up (engine load, model build): each is timed between the
 first progress report of a loop and its end. The bare loop runs before and after the levels; the
 levels are compared with the mean time per draw of the two (the machine's speed drifts). Level counts,
-whose cost is a few percent, is measured apart: alternating blocks of bare and counts draws, each block
-timed whole, their ratio summed over the rounds (the spread of the rounds shows the resolution). The
-last line is a one-line summary of the ratios.
+whose cost is a few percent, and level full with its trace replay, whose targets sit a few hundredths
+from today's figures, are measured apart: alternating blocks of bare draws and of the level's (a full
+block's time includes replaying its trace), each block timed whole, their ratio summed over the rounds
+(the spread of the rounds shows the resolution). The last line is a one-line summary of the ratios.
 
     .venv/bin/python tools/bench.py            # about 15 minutes on 2 cores
     .venv/bin/python tools/bench.py --quick    # at most 5 minutes
@@ -54,7 +55,7 @@ ENGINES: dict[str, dict[str, Any]] = {
     "vllm": {"build": "0.32.0", "draws": (2000, 10000), "config": {"sampling": {"temperature": 1.0}}},
 }
 LEVELS = ("counts", "calls", "full")
-AB_ROUNDS = 4  # level counts against the bare loop: alternating blocks, as many draws in all as one loop
+AB_ROUNDS = 4  # counts, and full with replay, against the bare loop: alternating blocks, as many draws as a loop
 
 
 # -- inside the build's interpreter ------------------------------------------------------------------
@@ -86,31 +87,34 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
             harness.draw(seeds[lo:lo + step]) if step > 1 else harness.draw(seeds[lo])
         return (draws - warm) / (time.perf_counter() - t)
 
-    def alternating(rounds: int) -> None:
-        """Level counts against the bare loop in alternating blocks, each timed whole (a probe's few percent
-        are below the drift between two separate loops here; between adjacent blocks the drift is small)."""
+    def alternating(rounds: int, level: str) -> None:
+        """Level counts, and level full with its trace replay (collect replays the trace it wrote), against the
+        bare loop in alternating blocks, each timed whole: a probe's few percent are below the drift between
+        two separate loops here, and between adjacent blocks the drift is small."""
         block = -(-draws // rounds // engine.batch) * engine.batch
-        t_bare = t_counts = 0.0
+        first = draws * (1 if level == "counts" else 2)  # seeds the other loops do not use
+        t_bare = t_level = 0.0
         ratios = []
         for r in range(rounds):
-            lo = draws + r * block  # seeds the other loops do not use
+            lo = first + r * block
             t = time.perf_counter()
             for i in range(lo, lo + block, engine.batch):
                 harness.draw(list(range(i, i + engine.batch))) if engine.batch > 1 else harness.draw(i)
             b = time.perf_counter() - t
+            trace = None if level == "counts" else os.path.join(folder, f"{engine_name}-{level}-ab-{r}.badc")
             t = time.perf_counter()
-            engine.collect(cfg, "on", block, 1, start=lo, level="counts")
+            engine.collect(cfg, "on", block, 1, start=lo, level=level, trace_path=trace)
             c = time.perf_counter() - t
-            t_bare, t_counts = t_bare + b, t_counts + c
+            t_bare, t_level = t_bare + b, t_level + c
             ratios.append(b / c)
-        out["counts_ab"], out["counts_ab_rounds"] = t_bare / t_counts, ratios
+        out[f"{level}_ab"], out[f"{level}_ab_rounds"] = t_bare / t_level, ratios
 
     for cell in cells:
         if cell == "bare":
             harness = engine.process_harness(cfg, "on")  # the levels' cells after it reuse it
             out["bare"] = bare()
-        elif cell == "counts_ab":
-            alternating(AB_ROUNDS)
+        elif cell in ("counts_ab", "full_ab"):
+            alternating(AB_ROUNDS, cell.removesuffix("_ab"))
         elif cell == "law":
             t = time.perf_counter()
             law = engine.reference_law(cfg)
@@ -186,7 +190,7 @@ def engine_figures(engine: str, quick: bool, folder: str) -> dict[str, Any] | No
     draws = ENGINES[engine]["draws"][0 if quick else 1]
     from badc_replay.registry import get_engine
 
-    cells = ["bare", "counts_ab", "calls", "full", *(["repaired"] if "repair" in ENGINES[engine] else [])]
+    cells = ["bare", "counts_ab", "full_ab", "calls", "full", *(["repaired"] if "repair" in ENGINES[engine] else [])]
     fig: dict[str, Any] = {"draws": draws}
     # the on arm's loops share one harness (one engine start; a repaired arm gets its own); vLLM's kernel
     # needs a second in-process LLM, which its CPU kernel registration may refuse once engine modules ran
@@ -289,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = []
     with tempfile.TemporaryDirectory() as folder:
         print("\n| engine | draws | bare draws/s (before, after the levels) | counts (alternating with bare: all, "
-              "rounds' range) | calls | full | full + replay | "
+              "rounds' range) | calls | full | full + replay (alternating, as counts) | "
               "replay calls/s | bytes/draw calls, full | exact law | worker / bench (calls) | "
               "repaired arm: time / on arm's |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -303,19 +307,21 @@ def main(argv: list[str] | None = None) -> int:
             figures["engines"][engine] = fig
             bare = fig["bare"]
             r = {lv: fig[lv] / bare for lv in LEVELS if lv in fig}
-            r["counts"] = fig["counts_ab"]  # alternating blocks: a ratio within each round, not across loops
-            spread = f" ({min(fig['counts_ab_rounds']):.2f}-{max(fig['counts_ab_rounds']):.2f})"
+            # alternating blocks: a ratio within each round, not across loops
+            r["counts"], r["full_replay"] = fig["counts_ab"], fig["full_ab"]
+            spread = {lv: f" ({min(fig[f'{lv}_ab_rounds']):.2f}-{max(fig[f'{lv}_ab_rounds']):.2f})"
+                      for lv in ("counts", "full")}
             worker = fig["worker_calls"] / fig["calls"]
             # the repaired arm against the on arm, both at level full with their replay: a time ratio
             repaired = fig["full_with_replay"] / fig["repaired_with_replay"] if "repaired_with_replay" in fig else None
             rep = "-" if repaired is None else f"{repaired:.2f}"
             drift = f" ({fig['bare_first']:,.0f}, {fig['bare_last']:,.0f})" if "bare_last" in fig else ""
-            print(f"| {engine} | {fig['draws']:,} | {bare:,.0f}{drift} | {r['counts']:.2f}{spread} | "
-                  f"{r['calls']:.2f} | {r['full']:.2f} | {fig['full_with_replay'] / bare:.2f} | "
+            print(f"| {engine} | {fig['draws']:,} | {bare:,.0f}{drift} | {r['counts']:.2f}{spread['counts']} | "
+                  f"{r['calls']:.2f} | {r['full']:.2f} | {r['full_replay']:.2f}{spread['full']} | "
                   f"{fig['full_replay_calls_per_s']:,.0f} | {fig['calls_bytes_per_draw']:.0f}, "
                   f"{fig['full_bytes_per_draw']:.0f} | {fig['law_s']:.1f} s ({fig['law_outcomes']} outcomes) | "
                   f"{worker:.2f} | {rep} |")
-            summary.append(f"{engine} counts {r['counts']:.2f} full+replay {fig['full_with_replay'] / bare:.2f} "
+            summary.append(f"{engine} counts {r['counts']:.2f} full+replay {r['full_replay']:.2f} "
                            f"worker {worker:.2f}" + ("" if repaired is None else f" repaired {repaired:.2f}"))
         t = time.monotonic()
         w = figures["workers"] = workers_figures(args.quick, folder)

@@ -76,6 +76,7 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         import llama_cpp.llama_speculative as speculative
 
         self.last_request: _Request | None = None
+        self._processor_list = llama.LogitsProcessorList
         self._cc_bind = Binder(llama.Llama.create_completion)
         self._gen_bind = Binder(llama.Llama.generate)
         self._wrap(llama.Llama, "create_completion", self._create_completion)
@@ -103,11 +104,9 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         return req
 
     def _wrap_callbacks(self, arguments: dict[str, Any], instance: Any) -> None:
-        from llama_cpp.llama import LogitsProcessorList
-
         procs = arguments.get("logits_processor")
         if procs is not None and not getattr(procs, "_badc", False):
-            wrapped = LogitsProcessorList([_RecordingProcessor(self, p, i, instance) for i, p in enumerate(procs)])
+            wrapped = self._processor_list([_RecordingProcessor(self, p, i, instance) for i, p in enumerate(procs)])
             wrapped._badc = True
             arguments["logits_processor"] = wrapped
         stops = arguments.get("stopping_criteria")
@@ -116,8 +115,9 @@ class LlamaCppInstrumentor(BaseInstrumentor):
 
     def _finish(self, req: _Request, tokens: list[int], finish: str, extra: dict[str, Any]) -> None:
         req.outcome = format_outcome([], f"crash:{req.crash}") if req.crash else format_outcome(tokens, finish)
-        self.sink.emit({"type": "return", "req": req.id, "tokens": tokens, "yielded": req.yielded,
-                        "finish_reason": finish, "outcome": req.outcome, **extra})
+        if self.sink.recording:
+            self.sink.emit({"type": "return", "req": req.id, "tokens": tokens, "yielded": req.yielded,
+                            "finish_reason": finish, "outcome": req.outcome, **extra})
         self.last_request = req
         self._local.req = None
 
@@ -140,10 +140,9 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         if stream:
             self._finish(req, req.yielded, "stream", {})
             return out
-        choice = out["choices"][0]
-        n = out["usage"]["completion_tokens"]
-        self._finish(req, req.yielded[:n], choice["finish_reason"] or "none",
-                     {"usage": dict(out["usage"]), "logprobs": choice.get("logprobs")})
+        choice, usage = out["choices"][0], out["usage"]
+        self._finish(req, req.yielded[:usage["completion_tokens"]], choice["finish_reason"] or "none",
+                     {"usage": usage, "logprobs": choice.get("logprobs")})
         return out
 
     def _generate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -164,17 +163,16 @@ class LlamaCppInstrumentor(BaseInstrumentor):
     def _sample(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         req = self._req
         idx = kwargs.get("idx")
-        if req is not None and idx is not None:
-            req.sample_idx = int(idx)
-            req.n_tokens = int(instance.n_tokens)
+        if req is None or idx is None:
+            return wrapped(*args, **kwargs)
+        n_tokens = instance.n_tokens
+        req.sample_idx, req.n_tokens = idx, n_tokens  # what the processors' records read
         tok = wrapped(*args, **kwargs)
-        if req is not None and idx is not None:
-            nxt = int(idx) + 1
-            if nxt < req.n_tokens and int(instance.input_ids[nxt]) == int(tok):
-                self.sink.count("accepted")
-            if self.sink.recording:  # no record is built at level counts: this is the engine's hot path
-                self.sink.emit({"type": "sample", "req": req.id, "idx": int(idx), "n_tokens": req.n_tokens,
-                                "token": int(tok)})
+        if idx + 1 < n_tokens and instance.input_ids[idx + 1] == tok:  # the sample confirms a draft token
+            self.sink.count("accepted")
+        if self.sink.recording:  # no record is built at level counts: this is the engine's hot path
+            self.sink.emit({"type": "sample", "req": req.id, "idx": int(idx), "n_tokens": int(n_tokens),
+                            "token": int(tok)})
         return tok
 
     def _draft(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -217,8 +215,8 @@ class _RecordingProcessor:
         probe.sink.count("processor_calls")
         recording = req is not None and probe.sink.recording
         full = recording and probe.sink.full
-        seen = np.array(input_ids, dtype=np.int64) if recording else None  # copy: the buffer is overwritten later
-        before = scores.astype(np.float32).tobytes() if full else None
+        seen = np.asarray(input_ids).tolist() if recording else None  # a copy: the buffer is overwritten later
+        before = np.asarray(scores, dtype=np.float32).tobytes() if full else None
         try:
             out = self.inner(input_ids, scores)
         except Exception as e:
@@ -226,7 +224,7 @@ class _RecordingProcessor:
             raise
         if recording:
             rec = {"type": "processor", "req": req.id, "proc": self.index, "name": self.name,
-                   "ids": seen.tolist(), "logical_len": req.sample_idx + 1, "n_tokens": req.n_tokens,
+                   "ids": seen, "logical_len": req.sample_idx + 1, "n_tokens": req.n_tokens,
                    "role": "step" if req.n_tokens <= req.sample_idx + 1 else "verify",
                    "state": state_digest(self.inner)}
             if full:

@@ -9,10 +9,11 @@ scores. A mechanism intervention, not a deployment fix: speculation stays on, ev
 and the state no longer carries updates from candidate filtering or from verification rows that were
 rejected.
 
-The state after each prefix is kept (a deep copy, per processor object, so per generate() call) and a
-call starts from the longest prefix of its ids already seen, not from the prompt: since the state after
-a prefix is a function of the prefix alone, this is the same state the replay from the prompt gives, at
-one update per call instead of one per position. Returns a function that undoes the patch.
+The state after each prefix is kept (per processor object, so per generate() call) and a call starts
+from a deep copy of the longest prefix of its ids already seen, not from the prompt: since the state
+after a prefix is a function of the prefix alone, this is the same state the replay from the prompt
+gives, at one update and one copy per call instead of one update per position. Returns a function that
+undoes the patch.
 """
 
 from __future__ import annotations
@@ -34,21 +35,23 @@ def _replaying(original: Callable, field: str) -> Callable:
         length = len(rows[0])
         if "_badc_states" not in self.__dict__:
             self._badc_prompt_length = length  # the first call is at the prompt
-            self._badc_states = {_START: copy.deepcopy(getattr(self, field))}
+            self._badc_states = {_START: getattr(self, field)}
         prompt, states = self._badc_prompt_length, self._badc_states
 
         def key(t: int) -> tuple:  # the state after the calls at prompt .. t depends on ids[:, :t] alone
             return tuple(tuple(r[:t]) for r in rows)
 
         start = next((t for t in range(length - 1, prompt - 1, -1) if key(t) in states), prompt - 1)
+        # The processor updates a copy: a kept state is never the live one, so the state a call leaves is
+        # kept as it is (one copy per call, not two).
         setattr(self, field, copy.deepcopy(states[key(start) if start >= prompt else _START]))
         if start + 1 < length:
             zeros = torch.zeros_like(scores)
             for t in range(start + 1, length):
                 original(self, input_ids[:, :t], zeros)
-                states[key(t)] = copy.deepcopy(getattr(self, field))
+                states[key(t)] = copy.deepcopy(getattr(self, field))  # the next update goes on from the live one
         out = original(self, input_ids, scores)
-        states[key(length)] = copy.deepcopy(getattr(self, field))
+        states[key(length)] = getattr(self, field)
         return out
 
     return __call__
