@@ -70,6 +70,8 @@ class ShardResult:
     # the worker's CPU seconds for the shard (all its threads): core-hours that a machine shared with
     # other work does not inflate, as it does elapsed_s; None in shards written before badc recorded it
     cpu_s: float | None = None
+    # the digest of badc's drawing code that drew it (badc_replay.provenance); None in shards written before
+    code: str | None = None
 
 
 def to_json(result: LawsResult | ShardResult) -> dict[str, Any]:

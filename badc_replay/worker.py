@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from badc_replay.engine import ConfigError, Engine
+from badc_replay.provenance import code_digest
 from badc_replay.registry import UnknownEngineError, get_engine
 from badc_replay.results import Hypothesis, LawsResult, Pilot, ShardResult, to_json
 from badc_trace.instrument import LEVELS
@@ -129,7 +130,7 @@ def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, o
                                  proposed=res.proposed, accepted=res.accepted, violations=res.violations,
                                  contract=res.contract, records=res.records, counters=res.counters,
                                  resumed=res.resumed, elapsed_s=round(time.monotonic() - t, 2),
-                                 cpu_s=round(time.process_time() - cpu, 2)))
+                                 cpu_s=round(time.process_time() - cpu, 2), code=code_digest()))
     write_json(out / "shards" / cfg.id / f"{arm}-{start}.json", result)
     return result
 

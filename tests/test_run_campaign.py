@@ -494,6 +494,28 @@ def test_a_config_whose_build_is_not_set_up_here_is_decided_from_the_jobs_it_alr
     assert pick["PAR"][0] == "FAILS" and pick["OTHER-ENGINE"][0] == "INCONCLUSIVE"
 
 
+def test_the_report_says_which_drawing_code_drew_the_shards_and_when_it_was_more_than_one(tmp_path):
+    from badc_replay.provenance import code_digest
+
+    path = _write(tmp_path, CAMPAIGN.format(other="toy"))
+    out = tmp_path / "out"
+    report = run_campaign(load_campaign(path), out, workers=2, **QUIET)
+    shards = sorted((out / "shards").rglob("*.json"))
+    assert report["code_versions"] == {code_digest(): len(shards)} and len(shards) >= 6
+    assert f"Drawing code: {code_digest()} (every shard)." in (out / "report.md").read_text()
+    # one shard drawn by another version of badc (a campaign resumed after an upgrade): the rerun draws
+    # nothing, decides the same, and says that two versions drew its shards
+    d = json.loads(shards[0].read_text())
+    shards[0].write_text(json.dumps({**d, "code": "0123456789abcdef"}))
+    logs: list[str] = []
+    again = run_campaign(load_campaign(path), out, log=logs.append, plots=False)
+    assert again["code_versions"] == {"0123456789abcdef": 1, code_digest(): len(shards) - 1}
+    assert [c["decision"] for c in again["configs"]] == [c["decision"] for c in report["configs"]]
+    assert "**The shards were drawn by 2 versions of badc's drawing code** (0123456789abcdef: 1 shard, " in (
+        out / "report.md").read_text()
+    assert any("drawn by 2 versions of badc's drawing code" in m for m in logs)
+
+
 def test_only_runs_the_named_configs_with_the_whole_rosters_seal_and_m(tmp_path):
     path = _write(tmp_path, CAMPAIGN.format(other="toy"))
     full = run_campaign(load_campaign(path), tmp_path / "full", workers=2, **QUIET)

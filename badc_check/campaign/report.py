@@ -41,6 +41,15 @@ def report_markdown(report: dict[str, Any]) -> str:
         w = report["worker_core_hours"]
         lines += [f"Worker time of the shards in this folder: {w['elapsed']:.2f} core-hours elapsed"
                   + (f", {w['cpu']:.2f} CPU" if w["cpu"] is not None else "") + ".", ""]
+    versions = report.get("code_versions") or {}
+    if len(versions) > 1:
+        drew = ", ".join(f"{v}: {n} shard{'' if n == 1 else 's'}" for v, n in versions.items())
+        lines += [f"**The shards were drawn by {len(versions)} versions of badc's drawing code** ({drew}): the "
+                  "campaign was resumed after badc changed. The seal covers configs, seeds and settings, not badc: "
+                  "where the change touched a harness, a probe or a frozen repair, its arms may mix two ways of "
+                  "drawing.", ""]
+    elif versions:
+        lines += [f"Drawing code: {next(iter(versions))} (every shard).", ""]
     if "pending" in report:
         lines += [f"**Partial report: {len(report['configs'])} of {report['m']} configs decided**, each with the "
                   "whole roster's m, so these decisions are final; the pending configs are listed at the end.", ""]

@@ -285,8 +285,11 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
               "confirm_draws_needed": needed,
               "confirmation_attempts": list(selection.attempts), "interrupted": interrupted_before,
               "jobs_reused": reused, "draws_resumed": resumed, "elapsed_s": round(time.monotonic() - start, 1),
-              "worker_core_hours": _worker_time([j for js in [*plans.values(), *confirm.values()] for j in js], out),
+              **_shard_provenance([j for js in [*plans.values(), *confirm.values()] for j in js], out),
               "configs": [results[c["id"]] for c in campaign.configs if c["id"] in results]}
+    if len(report["code_versions"]) > 1:
+        log(f"the shards were drawn by {len(report['code_versions'])} versions of badc's drawing code: see the "
+            "report")
     if incomplete:
         report["pending"] = pending
     else:
@@ -301,15 +304,20 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     return report
 
 
-def _worker_time(jobs: list[Job], out: Path) -> dict[str, float | None]:
-    """What the finished shards cost their workers, earlier runs' included: elapsed core-hours, and CPU
-    core-hours when every one of them recorded it (None otherwise: never a partial sum)."""
+def _shard_provenance(jobs: list[Job], out: Path) -> dict[str, Any]:
+    """What the finished shards cost their workers, earlier runs' included (`worker_core_hours`: elapsed
+    core-hours, and CPU core-hours when every one of them recorded it, None otherwise: never a partial
+    sum), and which versions of badc's drawing code drew them (`code_versions`: digest -> shards,
+    "unrecorded" for shards written before badc recorded it)."""
     import json
+    from collections import Counter
 
     done = [json.loads(j.output(out).read_text()) for j in jobs if j.kind == "shard" and j.output(out).exists()]
     cpu = [d.get("cpu_s") for d in done]
-    return {"elapsed": round(sum(d["elapsed_s"] for d in done) / 3600, 3),
-            "cpu": None if None in cpu else round(sum(cpu) / 3600, 3)}
+    versions = Counter(d.get("code") or "unrecorded" for d in done)
+    return {"worker_core_hours": {"elapsed": round(sum(d["elapsed_s"] for d in done) / 3600, 3),
+                                  "cpu": None if None in cpu else round(sum(cpu) / 3600, 3)},
+            "code_versions": dict(sorted(versions.items()))}
 
 
 def _variant(config: dict[str, Any]) -> dict[str, Any]:
