@@ -143,6 +143,7 @@ def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tupl
             if progress is not None and (done % progress_every == 0 or done == spec.draws):
                 progress(done)
             if checkpoint is not None and done < spec.draws and time.monotonic() - last >= every:
+                sink.flush()  # the records of the draws done, before the trace position is taken
                 checkpoint.save(done, outcomes, sink.counters, writer)
                 last = time.monotonic()
     finally:

@@ -33,6 +33,8 @@ class UnsupportedVersionError(RuntimeError):
 class TraceSink:
     """Where probes send records: a trace file (optional) and exercise counters (always)."""
 
+    HELD = 64  # records held by emit_later at most
+
     def __init__(self, writer: TraceWriter | None = None, level: str = "calls"):
         if level not in LEVELS:
             raise ValueError(f"trace level must be one of {', '.join(LEVELS)}, not {level!r}")
@@ -47,24 +49,52 @@ class TraceSink:
                                          "processor_calls": 0, "stop_checks": 0, "kv_removals": 0, "crashes": 0,
                                          "probe_errors": 0}
         self.lock = threading.Lock()
+        self._held: list[dict[str, Any]] = []
 
     def count(self, name: str, n: int = 1) -> None:
         with self.lock:
             self.counters[name] = self.counters.get(name, 0) + n
 
     def emit(self, record: dict[str, Any]) -> None:
-        """Write a per-call record (levels calls and full). Never raises into the engine: a record
-        that cannot be written is counted as a probe error, and the engine call goes on."""
+        """Write a per-call record (levels calls and full), after any held ones. Never raises into the
+        engine: a record that cannot be written is counted as a probe error, and the engine call goes on."""
         if self.recording:
-            try:
-                record = plain(record)
-                with self.lock:
-                    self.writer.write(record)
-            except (TypeError, ValueError, OverflowError, OSError):
-                self.count("probe_errors")
+            with self.lock:
+                if self._held:
+                    self._write_held()
+                self._write(record)
+
+    def emit_later(self, record: dict[str, Any]) -> None:
+        """Hold a record to be written with the next `emit`, `flush` or `close`, or once HELD are held: a
+        probe calls it on the engine's hot path (a record per token) and flushes when its request ends.
+        Only for records whose values are the probe's own (copies, numbers, strings): nothing the engine
+        or the caller may change before the record is written."""
+        if self.recording:
+            with self.lock:
+                self._held.append(record)
+                if len(self._held) >= self.HELD:
+                    self._write_held()
+
+    def flush(self) -> None:
+        """Write the held records."""
+        if self._held:
+            with self.lock:
+                self._write_held()
+
+    def _write_held(self) -> None:
+        held, self._held = self._held, []
+        for record in held:
+            self._write(record)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        try:
+            self.writer.write(plain(record))
+        except (TypeError, ValueError, OverflowError, OSError):
+            self.counters["probe_errors"] = self.counters.get("probe_errors", 0) + 1  # the lock is held
 
     def close(self) -> None:
         if self.writer is not None:
+            self.flush()
             self.writer.write({"type": "counts", **self.counters})
             self.writer.close()
 

@@ -275,6 +275,35 @@ def test_sink_writes_engine_values_as_plain_msgpack(tmp_path):
                                                                                       "n": 3}
 
 
+def test_held_records_are_written_in_order_before_the_next_record_and_at_close(tmp_path):
+    """emit_later holds a probe's per-token records (written with the next emit, a flush, at close, or
+    once HELD are held): the trace reads as if each had been written at once."""
+    from badc_trace.instrument import TraceSink
+
+    path = tmp_path / "h.badc"
+    sink = TraceSink(TraceWriter(path, engine="x", build="1", config={}, seal=""), level="calls")
+    sink.emit({"type": "request", "n": 0})
+    for i in range(1, 4):
+        sink.emit_later({"type": "step", "n": i})
+    assert sink.writer.records_written == 2  # the header and the request: the steps are held
+    sink.emit({"type": "return", "n": 4})  # writes the held steps first
+    assert sink.writer.records_written == 6
+    for i in range(TraceSink.HELD + 2):
+        sink.emit_later({"type": "step", "n": 5 + i})
+    assert sink.writer.records_written == 6 + TraceSink.HELD  # never more than HELD held
+    sink.flush()
+    assert sink.writer.records_written == 8 + TraceSink.HELD
+    sink.emit_later({"type": "step", "n": 7 + TraceSink.HELD})
+    sink.close()  # writes what is held, then the counts
+    recs = [r for r in read_trace(path) if r["type"] != "counts"]
+    assert [r["n"] for r in recs] == list(range(8 + TraceSink.HELD))
+    assert [r["type"] for r in recs[:5]] == ["request", "step", "step", "step", "return"]
+    idle = TraceSink(None, "counts")
+    idle.emit_later({"type": "step"})
+    idle.flush()
+    assert not idle._held  # level counts holds nothing
+
+
 def test_writer_resumes_at_a_position_and_cuts_what_followed(tmp_path):
     """A resumed trace reads as if one writer had written it: the records after the position (work a
     killed process lost) are gone, the header is not repeated, and the end record counts every record."""

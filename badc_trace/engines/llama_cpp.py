@@ -171,7 +171,7 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         if idx + 1 < n_tokens and instance.input_ids[idx + 1] == tok:  # the sample confirms a draft token
             self.sink.count("accepted")
         if self.sink.recording:  # no record is built at level counts: this is the engine's hot path
-            self.sink.emit({"type": "sample", "req": req.id, "idx": int(idx), "n_tokens": int(n_tokens),
+            self.sink.emit_later({"type": "sample", "req": req.id, "idx": int(idx), "n_tokens": int(n_tokens),
                             "token": int(tok)})
         return tok
 
@@ -182,7 +182,7 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         if self.sink.recording:
             req = self._req
             ids = args[0] if args else kwargs.get("input_ids")
-            self.sink.emit({"type": "draft", "req": None if req is None else req.id, "input_len": len(ids),
+            self.sink.emit_later({"type": "draft", "req": None if req is None else req.id, "input_len": len(ids),
                             "draft": [int(t) for t in out]})
         return out
 
@@ -193,7 +193,7 @@ class LlamaCppInstrumentor(BaseInstrumentor):
             self.sink.count("kv_removals")
             if self.sink.recording:
                 seq, p0, p1 = (list(args) + [None] * 3)[:3]
-                self.sink.emit({"type": "kv_rm", "req": req.id, "p0": p0, "p1": p1, "ok": bool(out)})
+                self.sink.emit_later({"type": "kv_rm", "req": req.id, "p0": p0, "p1": p1, "ok": bool(out)})
         return out
 
 
@@ -230,7 +230,7 @@ class _RecordingProcessor:
             if full:
                 rec["scores_in"] = before
                 rec["scores_out"] = np.asarray(out, dtype=np.float32).tobytes()
-            probe.sink.emit(rec)
+            probe.sink.emit_later(rec)
         return out
 
 
@@ -248,7 +248,7 @@ class _RecordingStops(list):
         probe, req = self.probe, self.probe._req
         probe.sink.count("stop_checks")
         if req is not None and probe.sink.recording:
-            probe.sink.emit({"type": "stop_check", "req": req.id, "ids": [int(t) for t in input_ids],
+            probe.sink.emit_later({"type": "stop_check", "req": req.id, "ids": [int(t) for t in input_ids],
                              "where": "generate" if req.in_generate else "postcheck", "result": result,
                              "sample_idx": req.sample_idx})
         return result

@@ -284,3 +284,20 @@ repair = "llama_cpp/logical-prefix"
     repaired = json.loads((out / "shards" / "LCP-1" / "repaired-8000.json").read_text())
     assert repaired["proposed"] > 0 and repaired["violations"] == 0  # speculation exercised, contract held
     assert rep["contract"]["status"] == "held" and rep["contract"]["requests"] == 16_000  # said in the report
+
+
+def test_a_killed_shard_at_level_full_goes_on_from_its_checkpoint_draw_for_draw(tmp_path):
+    """The probe holds its per-token records until the request ends (TraceSink.emit_later): a checkpoint
+    is taken between draws, after they are written, so a shard killed mid-run and run again has every
+    record once, in order, and the same shard as an uninterrupted run."""
+    import sys
+
+    from tests.shard_resume import kill_and_resume, same_shard
+
+    config = {**BASE, "id": "R", "build": lcp.ENGINE.version(), "processors": [{"name": "min_tokens", "min_tokens": 3}]}
+    # llama.cpp reuses the prompt's KV cache between requests: after a start, the first request removes less
+    # from the cache, and its prompt, evaluated afresh, gives logits about 1e-6 apart (so level calls: no scores)
+    straight, resumed = kill_and_resume(sys.executable, config, tmp_path, arm="on", count=600, level="calls",
+                                        kill_after=200, history=("kv_rm", "kv_removals"))
+    assert straight["resumed"] == 0 and 200 <= resumed["resumed"] < 600
+    assert same_shard(straight, resumed) and resumed["contract"]["calls"] > 0 and resumed["proposed"] > 0
