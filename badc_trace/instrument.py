@@ -93,10 +93,19 @@ class TraceSink:
             self.counters["probe_errors"] = self.counters.get("probe_errors", 0) + 1  # the lock is held
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.flush()
+        if self.writer is None:
+            return
+        # From a signal handler (badc-trace closes traces on SIGTERM) this thread may hold the lock, in the
+        # middle of a record: the trace is then left without its end record (replay says it is incomplete),
+        # never deadlocked.
+        if not self.lock.acquire(timeout=2):
+            return
+        try:
+            self._write_held()
             self.writer.write({"type": "counts", **self.counters})
             self.writer.close()
+        finally:
+            self.lock.release()
 
 
 _LEAVES = frozenset({int, float, str, bytes, bool, type(None)})

@@ -304,6 +304,38 @@ def test_held_records_are_written_in_order_before_the_next_record_and_at_close(t
     assert not idle._held  # level counts holds nothing
 
 
+def test_close_from_a_signal_handler_mid_record_leaves_the_trace_incomplete_not_deadlocked(tmp_path):
+    """badc-trace closes traces on SIGTERM, from a handler that may interrupt this very thread inside the
+    sink's lock (the lock is not reentrant): close gives up after its timeout instead of waiting forever."""
+    import signal
+    import time
+
+    from badc_trace.instrument import TraceSink
+
+    path = tmp_path / "s.badc"
+    sink = TraceSink(TraceWriter(path, engine="x", build="1", config={}, seal=""), level="calls")
+    sink.emit_later({"type": "step"})
+    sink.lock.acquire()  # where the handler finds it, interrupting emit_later
+
+    def stuck(signum, frame):
+        raise TimeoutError("close waited for a lock its own thread holds")
+
+    old = signal.signal(signal.SIGALRM, stuck)
+    signal.setitimer(signal.ITIMER_REAL, 20)  # a close that waited forever fails here instead of hanging
+    try:
+        t = time.monotonic()
+        sink.close()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert time.monotonic() - t < 10 and not sink.writer.closed
+    with pytest.raises(TornTailError, match="no end record"):  # said to be incomplete by whoever reads it
+        list(read_trace(path))
+    sink.lock.release()
+    sink.close()  # once the record is done, close writes it and the end
+    assert [r["type"] for r in read_trace(path)] == ["step", "counts"]
+
+
 def test_writer_resumes_at_a_position_and_cuts_what_followed(tmp_path):
     """A resumed trace reads as if one writer had written it: the records after the position (work a
     killed process lost) are gone, the header is not repeated, and the end record counts every record."""
