@@ -65,10 +65,10 @@ class TraceSink:
                 self._write(record)
 
     def emit_later(self, record: dict[str, Any]) -> None:
-        """Hold a record to be written with the next `emit`, `flush` or `close`, or once HELD are held: a
-        probe calls it on the engine's hot path (a record per token) and flushes when its request ends.
-        Only for records whose values are the probe's own (copies, numbers, strings): nothing the engine
-        or the caller may change before the record is written."""
+        """Hold a record to be written with the next `emit` (a request's return record), `flush` or `close`,
+        or once HELD are held: for a probe's records on the engine's hot path (a record per token). Only
+        for records whose values are the probe's own (copies, numbers, strings): nothing the engine or the
+        caller may change before the record is written."""
         if self.recording:
             with self.lock:
                 self._held.append(record)
