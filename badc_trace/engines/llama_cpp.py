@@ -172,7 +172,7 @@ class LlamaCppInstrumentor(BaseInstrumentor):
             self.sink.count("accepted")
         if self.sink.recording:  # no record is built at level counts: this is the engine's hot path
             self.sink.emit_later({"type": "sample", "req": req.id, "idx": int(idx), "n_tokens": int(n_tokens),
-                            "token": int(tok)})
+                                  "token": int(tok)})
         return tok
 
     def _draft(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -183,7 +183,7 @@ class LlamaCppInstrumentor(BaseInstrumentor):
             req = self._req
             ids = args[0] if args else kwargs.get("input_ids")
             self.sink.emit_later({"type": "draft", "req": None if req is None else req.id, "input_len": len(ids),
-                            "draft": [int(t) for t in out]})
+                                  "draft": [int(t) for t in out]})
         return out
 
     def _kv_rm(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -249,6 +249,6 @@ class _RecordingStops(list):
         probe.sink.count("stop_checks")
         if req is not None and probe.sink.recording:
             probe.sink.emit_later({"type": "stop_check", "req": req.id, "ids": [int(t) for t in input_ids],
-                             "where": "generate" if req.in_generate else "postcheck", "result": result,
-                             "sample_idx": req.sample_idx})
+                                   "where": "generate" if req.in_generate else "postcheck", "result": result,
+                                   "sample_idx": req.sample_idx})
         return result
