@@ -286,7 +286,7 @@ repair = "llama_cpp/logical-prefix"
     assert rep["contract"]["status"] == "held" and rep["contract"]["requests"] == 16_000  # said in the report
 
 
-def test_a_killed_shard_at_level_full_goes_on_from_its_checkpoint_draw_for_draw(tmp_path):
+def test_a_killed_shard_with_held_records_goes_on_from_its_checkpoint_draw_for_draw(tmp_path):
     """The probe holds its per-token records until the request ends (TraceSink.emit_later): a checkpoint
     is taken between draws, after they are written, so a shard killed mid-run and run again has every
     record once, in order, and the same shard as an uninterrupted run."""
