@@ -50,6 +50,31 @@ def test_simulator_with_fresh_processors_reproduces_p(generation):
     assert tf.ENGINE.simulator_check(cfg(generation=generation)).value <= 1e-6
 
 
+def test_fresh_processors_are_unshared_copies_of_one_capture_and_a_clock_criterion_is_made_anew():
+    # replay takes fresh processors as copies of one capture (a capture runs generate()'s preparation):
+    # each copy must start from the capture's state whatever was done to the others, share the model,
+    # and a criterion whose clock starts when it is made (max_time) must be made anew each time
+    import torch
+
+    from badc_trace.instrument import state_digest
+
+    kernel = tf.Kernel(cfg(generation={"guidance_scale": 1.5}))
+    first, _ = kernel.fresh()  # the capture
+    pristine = [state_digest(p) for p in first]
+    for procs in (first, kernel.fresh()[0]):  # the capture and a copy, each called along a prefix
+        with torch.no_grad():
+            for n in range(3):
+                procs(torch.tensor([kernel.prompt + [1] * n]), torch.zeros((1, kernel.model.config.vocab_size)))
+        assert [state_digest(p) for p in procs] != pristine  # guidance's state advanced
+    third, _ = kernel.fresh()
+    assert [state_digest(p) for p in third] == pristine
+    assert third[0] is not first[0] and third[0].model is kernel.model
+    timed = tf.Kernel(cfg(generation={"max_time": 60.0}))
+    clocks = [next(c for c in timed.fresh()[1] if hasattr(c, "initial_timestamp")).initial_timestamp
+              for _ in range(2)]
+    assert clocks[1] > clocks[0]
+
+
 @pytest.mark.parametrize("generation, hypothesis, least", [({"guidance_scale": 1.5}, "H-D2-cfg", 0.05),
                                                            ({"watermarking_config": SYNTHID}, "H-D2-synthid", 0.05),
                                                            ({"stop_strings": ["cd"]}, "H-D3-stopstring", 0.001)])
