@@ -57,7 +57,12 @@ def outcome_of(new_tokens: list[int], eos_ids: set[int], max_new_tokens: int | N
 
 
 def _f32(t: Any) -> bytes:
-    return np.asarray(t.detach().float().cpu().numpy(), dtype=np.float32).reshape(-1).tobytes()
+    t = t.detach().cpu()  # the tensor itself when on the CPU: scores are float32 there, copied once, to bytes
+    try:
+        a = t.numpy()
+    except TypeError:  # bfloat16: no numpy dtype
+        a = t.float().numpy()
+    return (a if a.dtype == np.float32 else a.astype(np.float32)).reshape(-1).tobytes()
 
 
 def _plain(v: Any) -> Any:
@@ -66,7 +71,8 @@ def _plain(v: Any) -> Any:
 
 
 def _ids(t: Any) -> list[int]:
-    return [int(x) for x in t.reshape(-1).tolist()]
+    ids = t.reshape(-1).tolist()  # Python ints from an integer tensor (ids are)
+    return ids if not ids or type(ids[0]) is int else [int(x) for x in ids]
 
 
 class _Request:
