@@ -17,6 +17,8 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain, compress, islice, repeat
+from operator import not_
 from typing import IO, Any
 
 import msgpack
@@ -185,6 +187,9 @@ class TraceWriter:
 
 
 _CONTAINERS = frozenset({dict, list})  # what msgpack unpacks maps and arrays to
+_LEAVES = frozenset({int, float, str, bytes, bool, type(None)})
+_LEAVES_AND_LIST = _LEAVES | {list}
+_DICT, _LIST, _STR = frozenset({dict}), frozenset({list}), frozenset({str})
 
 
 def _check_depth(obj: Any, path: str, offset: int) -> None:
@@ -287,12 +292,42 @@ class TraceReader:
             raise self._fail(at, f"chunk decompresses to {out.tell()}+ bytes, expected {raw_len}")
         return out.getvalue()
 
-    def _unpack(self, raw: bytes, n_records: int, at: int) -> list[Any]:
+    def _unpacker(self, raw: bytes) -> msgpack.Unpacker:
         unpacker = msgpack.Unpacker(
             raw=False, strict_map_key=True, use_list=True, max_buffer_size=max(len(raw), 1),
             max_ext_len=0,
         )
         unpacker.feed(raw)
+        return unpacker
+
+    def _unpack(self, raw: bytes, n_records: int, at: int) -> list[Any]:
+        """The chunk's records, each a map with a string `type`, nested at most MAX_DEPTH levels. The
+        checks run over the whole chunk in C (a chunk holds thousands of records); a chunk that fails
+        one is read again record by record, for the message that names what is wrong."""
+        try:
+            records = list(islice(self._unpacker(raw), n_records + 1))  # memory bounded by the declared count
+        except (ValueError, TypeError, msgpack.UnpackException, RecursionError):
+            return self._unpack_each(raw, n_records, at)
+        if (len(records) == n_records and _DICT.issuperset(map(type, records))
+                and _STR.issuperset(map(type, map(dict.get, records, repeat("type"))))):
+            flat = map(_CONTAINERS.isdisjoint, map(map, repeat(type), map(dict.values, records)))
+            nested = list(compress(records, map(not_, flat)))  # records with lists or maps in them
+            # most hold leaves and lists of leaves (token ids), two levels deep: checked here, in C
+            two = list(map(_LEAVES_AND_LIST.issuperset, map(map, repeat(type), map(dict.values, nested))))
+            values = list(chain.from_iterable(map(dict.values, compress(nested, two))))
+            lists = compress(values, map(_LIST.__contains__, map(type, values)))
+            deeper = compress(nested, map(not_, two)) if _LEAVES.issuperset(map(type, chain.from_iterable(lists))) \
+                else nested
+            try:
+                for rec in deeper:
+                    _check_depth(rec, self.path, at)
+                return records
+            except TraceFormatError:
+                pass
+        return self._unpack_each(raw, n_records, at)
+
+    def _unpack_each(self, raw: bytes, n_records: int, at: int) -> list[Any]:
+        unpacker = self._unpacker(raw)
         records = []
         try:
             for rec in unpacker:

@@ -189,6 +189,27 @@ def test_nesting_is_read_up_to_the_limit_and_refused_one_level_past_it(tmp_path,
                 _consume(path)
 
 
+@pytest.mark.parametrize("at", [0, 500, 999])
+def test_a_chunk_of_many_records_is_checked_whole(tmp_path, at):
+    """A chunk's records are checked together (in C); one record past the limit, a non-map or a record
+    without a type, anywhere among a thousand ordinary ones (flat, token ids, a map of settings), is
+    refused with the message of a record-by-record reading."""
+    ordinary = [{"type": "sample", "idx": i} if i % 3 == 0 else {"type": "stop", "ids": list(range(i % 20))}
+                if i % 3 == 1 else {"type": "request", "params": {"k": [1, 2], "s": {"a": None}}} for i in range(1000)]
+    deep = functools.reduce(lambda a, _: [a], range(31), 0)
+    for bad, fragment in (({"type": "x", "v": deep}, "nested deeper than 32"),
+                          ({"type": "x", "p": {"v": deep[0]}}, "nested deeper than 32"),
+                          ([1], "is a list, expected a map"), ({"ids": [1]}, "'type'")):
+        records = ordinary[:at] + [bad] + ordinary[at + 1:]
+        path = tmp_path / "c.badc"
+        path.write_bytes(_chunk(HEADER) + _chunk(b"".join(map(msgpack.packb, records)), n=1000))
+        with pytest.raises(TraceFormatError, match=fragment):
+            _consume(path)
+    path.write_bytes(_chunk(HEADER) + _chunk(b"".join(map(msgpack.packb, ordinary)), n=1000)
+                     + _chunk(msgpack.packb({"type": "end", "records": 1001})))
+    _consume(path)
+
+
 def test_hostile_error_names_the_bad_chunk_offset(tmp_path):
     good = _chunk(HEADER)
     path = tmp_path / "h.badc"
