@@ -48,6 +48,8 @@ class LawsResult:
     simulator_check: float | None = None
     simulator_metric: str | None = None
     pilot: Pilot | None = None
+    # the digest of badc's drawing code that computed the laws or drew the pilot (as in shards); None before
+    code: str | None = None
 
 
 @strict

@@ -98,7 +98,7 @@ def laws(config: dict[str, Any], out: Path, *, seed: int = 0, pilot: int = 0, pr
         res = engine.collect(cfg, PILOT_ARM, pilot, seed, level="counts", progress=progress)
         laws = LawsResult(id=cfg.id, build=engine.version(), reference=None, paths=0,
                           elapsed_s=round(time.monotonic() - t, 2), support=len(res.outcomes),
-                          pilot=Pilot(draws=pilot, arm=PILOT_ARM, outcomes=res.outcomes))
+                          pilot=Pilot(draws=pilot, arm=PILOT_ARM, outcomes=res.outcomes), code=code_digest())
         write_json(out / "laws" / f"{cfg.id}.json", to_json(laws))
         return to_json(laws)
     ref = engine.reference_law(cfg)
@@ -110,7 +110,8 @@ def laws(config: dict[str, Any], out: Path, *, seed: int = 0, pilot: int = 0, pr
     res = LawsResult(id=cfg.id, build=engine.version(), reference=ref.law, paths=ref.paths,
                      elapsed_s=round(time.monotonic() - t, 2),
                      support=len(set(ref.law) | set(hypothesis["law"] if hypothesis else ())), hypothesis=hypothesis,
-                     simulator_check=check.value if check else None, simulator_metric=check.metric if check else None)
+                     simulator_check=check.value if check else None, simulator_metric=check.metric if check else None,
+                     code=code_digest())
     write_json(out / "laws" / f"{cfg.id}.json", to_json(res))
     return to_json(res)
 

@@ -500,19 +500,21 @@ def test_the_report_says_which_drawing_code_drew_the_shards_and_when_it_was_more
     path = _write(tmp_path, CAMPAIGN.format(other="toy"))
     out = tmp_path / "out"
     report = run_campaign(load_campaign(path), out, workers=2, **QUIET)
-    shards = sorted((out / "shards").rglob("*.json"))
+    shards, laws = sorted((out / "shards").rglob("*.json")), sorted((out / "laws").glob("*.json"))
     assert report["code_versions"] == {code_digest(): len(shards)} and len(shards) >= 6
-    assert f"Drawing code: {code_digest()} (every shard)." in (out / "report.md").read_text()
-    # one shard drawn by another version of badc (a campaign resumed after an upgrade): the rerun draws
-    # nothing, decides the same, and says that two versions drew its shards
-    d = json.loads(shards[0].read_text())
-    shards[0].write_text(json.dumps({**d, "code": "0123456789abcdef"}))
+    assert report["laws_code_versions"] == {code_digest(): len(laws)} and len(laws) >= 2
+    assert f"Drawing code: {code_digest()} (every shard and laws file)." in (out / "report.md").read_text()
+    # one shard and one laws file by another version of badc (a campaign resumed after an upgrade): the
+    # rerun draws nothing, decides the same, and says that two versions drew its shards and laws
+    for f in (shards[0], laws[0]):
+        f.write_text(json.dumps({**json.loads(f.read_text()), "code": "0123456789abcdef"}))
     logs: list[str] = []
     again = run_campaign(load_campaign(path), out, log=logs.append, plots=False)
     assert again["code_versions"] == {"0123456789abcdef": 1, code_digest(): len(shards) - 1}
+    assert again["laws_code_versions"] == {"0123456789abcdef": 1, code_digest(): len(laws) - 1}
     assert [c["decision"] for c in again["configs"]] == [c["decision"] for c in report["configs"]]
-    assert "**The shards were drawn by 2 versions of badc's drawing code** (0123456789abcdef: 1 shard, " in (
-        out / "report.md").read_text()
+    assert ("**The shards and laws were drawn by 2 versions of badc's drawing code** (0123456789abcdef: 1 shard, "
+            "1 laws file; ") in (out / "report.md").read_text()
     assert any("drawn by 2 versions of badc's drawing code" in m for m in logs)
 
 

@@ -287,9 +287,8 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
               "jobs_reused": reused, "draws_resumed": resumed, "elapsed_s": round(time.monotonic() - start, 1),
               **_shard_provenance([j for js in [*plans.values(), *confirm.values()] for j in js], out),
               "configs": [results[c["id"]] for c in campaign.configs if c["id"] in results]}
-    if len(report["code_versions"]) > 1:
-        log(f"the shards were drawn by {len(report['code_versions'])} versions of badc's drawing code: see the "
-            "report")
+    if len(drawing := {**report["code_versions"], **report["laws_code_versions"]}) > 1:
+        log(f"the shards and laws were drawn by {len(drawing)} versions of badc's drawing code: see the report")
     if incomplete:
         report["pending"] = pending
     else:
@@ -307,17 +306,23 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
 def _shard_provenance(jobs: list[Job], out: Path) -> dict[str, Any]:
     """What the finished shards cost their workers, earlier runs' included (`worker_core_hours`: elapsed
     core-hours, and CPU core-hours when every one of them recorded it, None otherwise: never a partial
-    sum), and which versions of badc's drawing code drew them (`code_versions`: digest -> shards,
-    "unrecorded" for shards written before badc recorded it)."""
+    sum), and which versions of badc's drawing code drew them (`code_versions`: digest -> shards) and
+    computed the laws files (`laws_code_versions`: digest -> laws files, pilots included); "unrecorded"
+    for files written before badc recorded it."""
     import json
     from collections import Counter
 
-    done = [json.loads(j.output(out).read_text()) for j in jobs if j.kind == "shard" and j.output(out).exists()]
-    cpu = [d.get("cpu_s") for d in done]
-    versions = Counter(d.get("code") or "unrecorded" for d in done)
-    return {"worker_core_hours": {"elapsed": round(sum(d["elapsed_s"] for d in done) / 3600, 3),
+    def done(kind: str) -> list[dict[str, Any]]:
+        return [json.loads(j.output(out).read_text()) for j in jobs if j.kind == kind and j.output(out).exists()]
+
+    def versions(results: list[dict[str, Any]]) -> dict[str, int]:
+        return dict(sorted(Counter(d.get("code") or "unrecorded" for d in results).items()))
+
+    shards = done("shard")
+    cpu = [d.get("cpu_s") for d in shards]
+    return {"worker_core_hours": {"elapsed": round(sum(d["elapsed_s"] for d in shards) / 3600, 3),
                                   "cpu": None if None in cpu else round(sum(cpu) / 3600, 3)},
-            "code_versions": dict(sorted(versions.items()))}
+            "code_versions": versions(shards), "laws_code_versions": versions(done("laws"))}
 
 
 def _variant(config: dict[str, Any]) -> dict[str, Any]:
