@@ -100,3 +100,8 @@ def test_analyze_gives_table_5_with_the_exact_bounds_of_d_a_and_d_b(tmp_path):
            f"P(d_B != 0): {rq3.cp_upper(0, 2):.2f}" in text
     with pytest.raises(SystemExit, match="no finished campaign"):
         rq3.analyze(tmp_path / "none")
+    # a report that lists pending configs is refused, never read as causes not recovered
+    (tmp_path / "campaign-2" / "report.json").write_text(json.dumps(
+        {"campaign": "rq3-2", "configs": second[:1], "pending": [{"id": "RQ3-2-GUIDANCE-R"}]}))
+    with pytest.raises(SystemExit, match=r"campaign-2/report.json: 1 configs are pending .*`tools/rq3.py run 2`"):
+        rq3.analyze(tmp_path)

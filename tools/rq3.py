@@ -182,6 +182,9 @@ def analyze(out: Path = OUT) -> str:
     detect = {(f, s, w): 0 for f in FAMILIES for s in ("directed", "random") for w in ("with", "without", "C")}
     for path in reports:
         r = json.loads(path.read_text())
+        if r.get("pending"):  # a pending config's cell would read as not recovered: never count it so
+            raise SystemExit(f"{path}: {len(r['pending'])} configs are pending (the campaign did not finish): "
+                             f"resume it with `tools/rq3.py run {path.parent.name.removeprefix('campaign-')}`")
         rec = {(s, w): [cell(r, s, rep, w == "without") for rep in CAUSES] for s in ("directed", "random")
                for w in ("with", "without")}
         rows.append((r["campaign"], rec, _cost(path.parent)))
