@@ -187,6 +187,7 @@ class TraceWriter:
 
 
 _CONTAINERS = frozenset({dict, list})  # what msgpack unpacks maps and arrays to
+# what msgpack packs and unpacks as they are (the sink passes such records to the packer untouched)
 _LEAVES = frozenset({int, float, str, bytes, bool, type(None)})
 _LEAVES_AND_LIST = _LEAVES | {list}
 _DICT, _LIST, _STR = frozenset({dict}), frozenset({list}), frozenset({str})

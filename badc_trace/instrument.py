@@ -21,7 +21,7 @@ import wrapt
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from badc_trace.format import TraceWriter
+from badc_trace.format import _LEAVES, _LEAVES_AND_LIST, _STR, TraceWriter
 
 LEVELS = ("counts", "calls", "full")
 
@@ -108,9 +108,6 @@ class TraceSink:
             self.lock.release()
 
 
-_LEAVES = frozenset({int, float, str, bytes, bool, type(None)})
-_LEAVES_AND_LIST = _LEAVES | {list}
-_STR = frozenset({str})
 
 
 def plain(obj: Any) -> Any:

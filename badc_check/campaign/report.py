@@ -42,17 +42,18 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += [f"Worker time of the shards in this folder: {w['elapsed']:.2f} core-hours elapsed"
                   + (f", {w['cpu']:.2f} CPU" if w["cpu"] is not None else "") + ".", ""]
     versions, laws = report.get("code_versions") or {}, report.get("laws_code_versions") or {}
-    if len({**versions, **laws}) > 1:
+    drawing = {**versions, **laws}
+    if len(drawing) > 1:
         drew = "; ".join(f"{v}: " + ", ".join(
             f"{n} {what}{'' if n == 1 else 's'}" for what, n in (("shard", versions.get(v, 0)),
                                                                 ("laws file", laws.get(v, 0))) if n)
-            for v in {**versions, **laws})
-        lines += [f"**The shards and laws were drawn by {len({**versions, **laws})} versions of badc's drawing "
-                  f"code** ({drew}): the campaign was resumed after badc changed. The seal covers configs, seeds "
-                  "and settings, not badc: where the change touched a harness, a probe, an exact law or a frozen "
-                  "repair, its arms and laws may mix two ways of drawing.", ""]
-    elif versions or laws:
-        lines += [f"Drawing code: {next(iter({**versions, **laws}))} (every shard and laws file).", ""]
+            for v in drawing)
+        lines += [f"**The shards and laws were drawn by {len(drawing)} versions of badc's drawing code** ({drew}): "
+                  "the campaign was resumed after badc changed. The seal covers configs, seeds and settings, not "
+                  "badc: where the change touched a harness, a probe, an exact law or a frozen repair, its arms "
+                  "and laws may mix two ways of drawing.", ""]
+    elif drawing:
+        lines += [f"Drawing code: {next(iter(drawing))} (every shard and laws file).", ""]
     if "pending" in report:
         lines += [f"**Partial report: {len(report['configs'])} of {report['m']} configs decided**, each with the "
                   "whole roster's m, so these decisions are final; the pending configs are listed at the end.", ""]
