@@ -108,8 +108,6 @@ class TraceSink:
             self.lock.release()
 
 
-
-
 def plain(obj: Any) -> Any:
     """numpy scalars and arrays (which engines hand back inside their results) as msgpack-able values, and
     map keys as strings. What is plain already is returned as it is (it is packed at once, never kept)."""
