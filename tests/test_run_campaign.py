@@ -669,6 +669,21 @@ def test_progress_shows_the_campaign_share_and_time_left(monkeypatch, tmp_path):
     p.begin("A", "repaired")
     p.update("A", "repaired", 1000, 0)
     assert lines[-1].endswith("| campaign 48.8% of 4,100, ~75 s left")
+    # An arm not yet timed is priced by its config's timed arms, else its engine's, else all: 1,000 draws
+    # each of a fast engine's confirmation arm (its config's off arm: 0.001 s), a config on the same build
+    # with nothing timed (0.001 s), and a config of an engine with nothing timed (the mean, 0.1005 s), on
+    # 2 workers: 1 + 1 + 100.5 worker-seconds, ~51 s. Priced by the mean, all three would take ~151 s.
+    (tmp_path / "fast.json").write_text(json.dumps({"id": "F", "arm": "off", "count": 1000, "elapsed_s": 1.0}))
+    (tmp_path / "slow.json").write_text(json.dumps({"id": "S", "arm": "on", "count": 1000, "elapsed_s": 200.0}))
+    p = camp.Progress(log=lines.append, totals={("F", "off"): 1000, ("F", "on-confirm"): 1000, ("G", "on"): 1000,
+                                                ("S", "on"): 1000, ("X", "on"): 1000},
+                      done={("F", "off"): 1000, ("S", "on"): 1000}, workers=2,
+                      engines={"F": "fast-1", "G": "fast-1", "S": "slow-1", "X": "other-1"})
+    for name in ("fast", "slow"):
+        p.timed(tmp_path / f"{name}.json")
+    p.begin("F", "on-confirm")
+    p.update("F", "on-confirm", 0, 0)
+    assert lines[-1].endswith("| campaign 40.0% of 5,000, ~51 s left")
     # The arm's own rate leaves out both its shards done by an earlier run and a checkpoint's draws.
     p = camp.Progress(log=lines.append, totals={("A", "on"): 1000}, done={("A", "on"): 500})
     p.begin("A", "on")

@@ -32,6 +32,7 @@ class Progress:
     shard_draws: int = 0  # and the draws they timed
     arm_timed: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)  # the same, per arm
     settled: set[tuple[str, str]] = field(default_factory=set)  # arms decided early: what is drawn is all
+    engines: dict[str, str] = field(default_factory=dict)  # config id -> its engine and build, for pricing arms
 
     def settle(self, cid: str, arms: tuple[str, ...] = ("on", "off")) -> None:
         """A config decided at an early look (--anytime) draws none of its arms' later shards: they leave
@@ -98,25 +99,44 @@ class Progress:
         bar = tqdm.format_meter(n, total or n or 1, elapsed, ncols=26, bar_format="{bar}", ascii=".#")
         self.log(f"{key[0]:>12} {key[1]:<11} [{bar}] {n:>9,}/{total:,} {rate:,.0f} draws/s{self._campaign(now)}")
 
+    def _per_draw(self) -> Callable[[tuple[str, str]], float]:
+        """Worker seconds a draw of an arm is priced at: its own finished shards', else its config's other
+        arms', else those of its engine and build, else every finished shard's (earlier runs' included).
+        Arms differ in cost several-fold (a repaired arm can take three times the campaign's mean) and
+        engines a hundredfold (a tiny llama-cpp-python draw is under a millisecond, a transformers guidance
+        draw tens), so an arm not yet timed is priced by its nearest timed kin, not by the campaign's mix."""
+        def kin(cid: str) -> list[tuple[str, str]]:
+            return [("config", cid)] + ([("engine", self.engines[cid])] if cid in self.engines else [])
+
+        pools: dict[tuple[str, str], list[float]] = {}
+        for (cid, _), (arm_s, arm_draws) in self.arm_timed.items():
+            if arm_s > 0 and arm_draws > 0:
+                for pool in kin(cid):
+                    acc = pools.setdefault(pool, [0.0, 0])
+                    acc[0], acc[1] = acc[0] + arm_s, acc[1] + arm_draws
+        mean = self.shard_s / self.shard_draws
+
+        def price(key: tuple[str, str]) -> float:
+            arm_s, arm_draws = self.arm_timed.get(key, (0.0, 0))
+            if arm_s > 0 and arm_draws > 0:
+                return arm_s / arm_draws
+            acc = next((pools[pool] for pool in kin(key[0]) if pool in pools), None)
+            return acc[0] / acc[1] if acc else mean
+
+        return price
+
     def _campaign(self, now: float) -> str:
         """The whole roster's share done and roughly how long is left: each arm's draws left at the worker
-        time per draw of its own finished shards, or of every finished shard while it has none, earlier
-        runs' included (arms differ in cost several-fold: a repaired arm can take three times the
-        campaign's mean, and this run's rate alone misleads after a restart in a slow arm), or else at
-        this run's rate so far."""
+        time per draw of its nearest finished shards (`_per_draw`), or else at this run's rate so far (the
+        run's rate alone misleads after a restart in a slow arm)."""
         total = sum(self._total(key) for key in self.totals)
         done = sum(self.done.values()) + sum(self.inflight.values())
         if not total or self.t0 is None:
             return ""
         left, s = "", None
         if self.workers and self.shard_draws > 0 and self.shard_s > 0:
-            mean = self.shard_s / self.shard_draws
-            s = 0.0
-            for key in self.totals:
-                n = self._total(key)
-                arm_s, arm_draws = self.arm_timed.get(key, (0.0, 0))
-                s += max(n - self._drawn(key), 0) * (arm_s / arm_draws if arm_s > 0 and arm_draws > 0 else mean)
-            s /= self.workers
+            price = self._per_draw()
+            s = sum(max(self._total(key) - self._drawn(key), 0) * price(key) for key in self.totals) / self.workers
         elif now - self.t0 >= 60 and done > self.reused:
             s = (total - done) / ((done - self.reused) / (now - self.t0))
         if s is not None:

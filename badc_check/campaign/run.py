@@ -103,7 +103,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         marker.write_text(str(os.getpid()))
     start = time.monotonic()
     results: dict[str, dict[str, Any]] = {}
-    progress = Progress(log=log)
+    progress = Progress(log=log, engines={c["id"]: f"{c['engine']}-{c['build']}" for c in campaign.configs})
     plans: dict[str, list[Job]] = {}
     pythons: dict[str, str] = {}
     unbuilt: dict[str, str] = {}  # config id -> why its build cannot run here
