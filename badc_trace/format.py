@@ -1,11 +1,13 @@
 """Trace format v1: chunked, individually compressed msgpack records.
 
 The byte layout is specified in docs/trace-format.md; this module is its reference implementation.
-Each chunk is a 28-byte zstd *skippable* frame (the chunk descriptor) followed by one zstd frame
+Each chunk is a 32-byte zstd *skippable* frame (the chunk descriptor) followed by one zstd frame
 holding whole msgpack records, so a trace is still a valid zstd stream (`zstd -d` yields the raw
 msgpack). The descriptor carries lengths, a record count and CRCs so a reader can bound every
 allocation before it makes it, and can tell a torn tail (the file ends inside a chunk, or without
-the end record) from corruption (bytes that are present but wrong).
+the end record) from corruption (bytes that are present but wrong). From version 1.1 every chunk ends
+with a `sync` record (and the last with the `end` record) holding the count and CRC-32 of every record
+before it, so a record dropped, duplicated, reordered or changed anywhere before it is corruption too.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import msgpack
 import zstandard
 
 FORMAT_NAME = "badc-trace"
-FORMAT_VERSION = (1, 0)
+FORMAT_VERSION = (1, 1)
 
 SKIPPABLE_MAGIC = 0x184D2A5B  # one of zstd's 16 skippable-frame magics
 DESCRIPTOR_TAG = b"BDC1"
@@ -41,6 +43,8 @@ MAX_DEPTH = 32
 MAX_WINDOW = 1 << 23
 
 HEADER_FIELDS = {"engine": str, "build": str, "config": dict, "seal": str}
+# Records the format itself writes; the reader checks and consumes them (iteration never yields them).
+FRAMING = frozenset({"header", "sync", "end"})
 
 
 class TraceFormatError(ValueError):
@@ -73,6 +77,9 @@ class TraceWriter:
     ``resume_at=(offset, records)``, a ``position()`` taken earlier, reopens an unclosed trace and goes
     on writing after its first ``offset`` bytes (``records`` whole records, the header included); what
     follows them, records of work that was lost, is cut off.
+
+    Each chunk ends with a ``sync`` record, the last with the ``end`` record: the number of records
+    before it and the CRC-32 of their msgpack bytes, which the reader checks.
     """
 
     def __init__(
@@ -102,6 +109,7 @@ class TraceWriter:
                 raise TraceFormatError(self.path, resume_at[0], "cannot resume: the file ends before this offset")
             self._file.truncate(resume_at[0])
             self._file.seek(resume_at[0])
+            self._file.flush()
         self._cctx = zstandard.ZstdCompressor(level=level, write_content_size=True)
         self._packer = msgpack.Packer(use_bin_type=True)  # one for every record: packb makes one per call
         self._buf: list[bytes] = []
@@ -112,7 +120,13 @@ class TraceWriter:
         self._last_flush = time.monotonic()
         self._fsync = fsync
         self.records_written = 0 if resume_at is None else resume_at[1]
-        if resume_at is not None:  # the header is already there
+        self._crc = 0  # CRC-32 of every record written so far (their packed bytes, in order)
+        if resume_at is not None:  # the header is already there; the CRC goes on from the records kept
+            records, self._crc = prefix_crc(self.path, resume_at[0])
+            if records != resume_at[1]:
+                self._file.close()
+                raise TraceFormatError(self.path, resume_at[0], f"cannot resume: {records} records before this "
+                                                                f"offset, the checkpoint says {resume_at[1]}")
             return
         header = {
             "type": "header",
@@ -146,9 +160,20 @@ class TraceWriter:
             self.flush()
 
     def flush(self) -> None:
-        if not self._buf:
+        self._write_chunk(closing=False)
+
+    def _write_chunk(self, closing: bool) -> None:
+        if not self._buf and not closing:
             return
-        raw = b"".join(self._buf)
+        body = b"".join(self._buf)
+        self._crc = zlib.crc32(body, self._crc)
+        # The chunk's last record: the count and CRC of every record before it (the end record on close)
+        last = {"type": "end" if closing else "sync", "records": self.records_written, "crc": self._crc}
+        tail = self._packer.pack(last)
+        self._buf.append(tail)
+        self.records_written += 1
+        self._crc = zlib.crc32(tail, self._crc)
+        raw = body + tail
         comp = self._cctx.compress(raw)
         desc = _DESC.pack(
             SKIPPABLE_MAGIC, DESCRIPTOR_SIZE - 8, DESCRIPTOR_TAG, len(comp), len(raw), len(self._buf),
@@ -175,8 +200,7 @@ class TraceWriter:
     def close(self) -> None:
         if self._file.closed:
             return
-        self.write({"type": "end", "records": self.records_written})
-        self.flush()
+        self._write_chunk(closing=True)
         self._file.close()
 
     def __enter__(self) -> TraceWriter:
@@ -220,13 +244,11 @@ class TraceReader:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, allow_torn_tail: bool = False):
-        self.path = os.fspath(path)
+        self._open(path)
         self.allow_torn_tail = allow_torn_tail
         self.torn_tail: TornTail | None = None
         self.complete = False
-        self._file: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed in close()
-        self._size = os.fstat(self._file.fileno()).st_size
-        self._dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
+        self._synced = False  # a 1.1+ file: every chunk ends with a sync or end record with a CRC
         self._chunks = self._iter_chunks()
         self._pending: list[Any] = []
         try:
@@ -235,6 +257,12 @@ class TraceReader:
             self.close()
             raise
 
+    def _open(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._file: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed in close()
+        self._size = os.fstat(self._file.fileno()).st_size
+        self._dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
+
     # -- chunk level -------------------------------------------------------------------------
     def _fail(self, offset: int, message: str) -> TraceFormatError:
         return TraceFormatError(self.path, offset, message)
@@ -242,9 +270,12 @@ class TraceReader:
     def _torn(self, offset: int, message: str) -> TornTailError:
         return TornTailError(self.path, offset, message)
 
-    def _iter_chunks(self) -> Iterator[tuple[int, list[Any]]]:
+    def _raw_chunks(self, stop: int | None = None) -> Iterator[tuple[int, bytes, int, int]]:
+        """(chunk offset, decompressed body, declared record count, body offset) of each chunk, up to
+        byte `stop` (a chunk boundary) or the end of the file."""
         offset = 0
-        while offset < self._size:
+        end = self._size if stop is None else stop
+        while offset < end:
             desc = self._file.read(DESCRIPTOR_SIZE)
             if len(desc) < DESCRIPTOR_SIZE:
                 raise self._torn(offset, f"file ends inside a chunk descriptor ({len(desc)} of "
@@ -268,8 +299,56 @@ class TraceReader:
             raw = self._decompress(comp, raw_len, body_at)
             if zlib.crc32(raw) != raw_crc:
                 raise self._fail(body_at, "chunk content checksum mismatch (corrupt data)")
-            yield offset, self._unpack(raw, n_records, body_at)
+            yield offset, raw, n_records, body_at
             offset = body_at + comp_len
+
+    def _iter_chunks(self) -> Iterator[tuple[int, list[Any]]]:
+        """Each chunk's records, its framing checked: one header, first; sync and end records only last in
+        their chunk, each holding the count and CRC-32 of every record before it; nothing after the end."""
+        seen = 0  # records before this chunk
+        crc = 0
+        ended = False
+        for offset, raw, n_records, body_at in self._raw_chunks():
+            if ended:
+                raise self._fail(offset, "a chunk after the end record (appended data: the writer closed the "
+                                         "trace before it)")
+            records = self._unpack(raw, n_records, body_at)
+            framing = [i for i, t in enumerate(map(dict.get, records, repeat("type"))) if t in FRAMING]
+            for i in framing:
+                kind = records[i]["type"]
+                if kind == "header":
+                    if seen + i:
+                        raise self._fail(body_at, f"record {i} of chunk is a second header (two traces spliced?)")
+                    version = records[i].get("version")
+                    self._synced = (isinstance(version, list) and len(version) == 2
+                                    and all(type(v) is int for v in version) and version[0] == 1
+                                    and version[1] >= 1)
+                elif i != n_records - 1:
+                    raise self._fail(body_at, f"record {i} of chunk is a {kind!r} record before the chunk's end "
+                                              f"({'records after the end record' if kind == 'end' else 'misplaced'})")
+                else:
+                    tail = msgpack.packb(records[i], use_bin_type=True)
+                    if not raw.endswith(tail):
+                        raise self._fail(body_at, f"the {kind!r} record is not in its canonical encoding")
+                    before = zlib.crc32(raw[: len(raw) - len(tail)], crc)
+                    want = seen + i  # the records before it
+                    got = records[i].get("records")
+                    if type(got) is not int or got != want:
+                        raise self._fail(body_at, f"the {kind!r} record counts {got!r} records, the file holds "
+                                                  f"{want}: records were dropped or added")
+                    if "crc" in records[i] and records[i]["crc"] != before:
+                        raise self._fail(body_at, f"the {kind!r} record's CRC-32 of the records before it does not "
+                                                  "match them: records were dropped, duplicated, reordered or "
+                                                  "changed")
+                    if self._synced and "crc" not in records[i]:
+                        raise self._fail(body_at, f"the {kind!r} record has no 'crc' (format 1.1 needs one)")
+                    ended = kind == "end"
+            if self._synced and records[-1]["type"] not in ("sync", "end"):
+                raise self._fail(body_at, "chunk does not end with its sync record (format 1.1 ends every chunk "
+                                          "with one)")
+            seen += n_records
+            crc = zlib.crc32(raw, crc)
+            yield offset, records
 
     def _decompress(self, comp: bytes, raw_len: int, at: int) -> bytes:
         try:
@@ -382,7 +461,11 @@ class TraceReader:
         try:
             while True:
                 for rec in self._pending:
-                    if rec["type"] == "end":
+                    kind = rec["type"]
+                    if kind == "sync":
+                        continue
+                    if kind == "end":
+                        self._check_nothing_after()
                         self.complete = True
                         return
                     yield rec
@@ -403,6 +486,19 @@ class TraceReader:
         finally:
             self.close()
 
+    def _check_nothing_after(self) -> None:
+        """The end record is the last record of the file: anything after it (a chunk, or bytes that are not
+        one) was appended after the writer closed the trace, and no reader may ignore it."""
+        at = self._file.tell()
+        if at == self._size:
+            return
+        try:
+            self._next_chunk()
+        except TraceFormatError as e:
+            raise self._fail(at, f"{self._size - at} bytes after the end record ({e.reason})") from None
+        raise self._fail(at, f"{self._size - at} bytes after the end record (a chunk appended after the writer "
+                             "closed the trace)")
+
     def close(self) -> None:
         self._file.close()
 
@@ -411,6 +507,23 @@ class TraceReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def prefix_crc(path: str | os.PathLike[str], offset: int) -> tuple[int, int]:
+    """(records, CRC-32 of their bytes) in the whole chunks of a trace's first `offset` bytes: where a
+    writer resuming at `offset` goes on from."""
+    reader = TraceReader.__new__(TraceReader)
+    reader._open(path)
+    records = crc = 0
+    try:
+        for _, raw, n_records, _ in reader._raw_chunks(stop=offset):
+            records += n_records
+            crc = zlib.crc32(raw, crc)
+        if reader._file.tell() != offset:
+            raise reader._fail(offset, "cannot resume: this offset is not a chunk boundary")
+    finally:
+        reader.close()
+    return records, crc
 
 
 def read_trace(path: str | os.PathLike[str], *, allow_torn_tail: bool = False) -> TraceReader:

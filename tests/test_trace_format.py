@@ -73,7 +73,7 @@ def test_file_is_a_plain_zstd_stream(tmp_path):
     with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(path.read_bytes()),
                                                     read_across_frames=True) as r:
         recs = list(msgpack.Unpacker(io.BytesIO(r.read()), raw=False))
-    assert [r["type"] for r in recs] == ["header", "call", "end"]
+    assert [r["type"] for r in recs] == ["header", "sync", "call", "end"]  # sync: the header chunk's last record
 
 
 def test_reader_streams_in_constant_memory(tmp_path):
@@ -302,18 +302,19 @@ def test_held_records_are_written_in_order_before_the_next_record_and_at_close(t
     from badc_trace.instrument import TraceSink
 
     path = tmp_path / "h.badc"
-    sink = TraceSink(TraceWriter(path, engine="x", build="1", config={}, seal=""), level="calls")
+    # no timed flush in the test: each adds a sync record to the count
+    sink = TraceSink(TraceWriter(path, engine="x", build="1", config={}, seal="", flush_seconds=1e9), level="calls")
     sink.emit({"type": "request", "n": 0})
     for i in range(1, 4):
         sink.emit_later({"type": "step", "n": i})
-    assert sink.writer.records_written == 2  # the header and the request: the steps are held
+    assert sink.writer.records_written == 3  # the header, its chunk's sync and the request: the steps are held
     sink.emit({"type": "return", "n": 4})  # writes the held steps first
-    assert sink.writer.records_written == 6
+    assert sink.writer.records_written == 7
     for i in range(TraceSink.HELD + 2):
         sink.emit_later({"type": "step", "n": 5 + i})
-    assert sink.writer.records_written == 6 + TraceSink.HELD  # never more than HELD held
+    assert sink.writer.records_written == 7 + TraceSink.HELD  # never more than HELD held
     sink.flush()
-    assert sink.writer.records_written == 8 + TraceSink.HELD
+    assert sink.writer.records_written == 9 + TraceSink.HELD
     sink.emit_later({"type": "step", "n": 7 + TraceSink.HELD})
     sink.close()  # writes what is held, then the counts
     recs = [r for r in read_trace(path) if r["type"] != "counts"]
@@ -382,7 +383,128 @@ def test_writer_resumes_at_a_position_and_cuts_what_followed(tmp_path):
     assert [(r["i"], "resumed" in r) for r in recs] == [(i, i >= 5) for i in range(7)]
     with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(path.read_bytes()), read_across_frames=True) as z:
         raw = list(msgpack.Unpacker(io.BytesIO(z.read()), raw=False))
-    assert [r["type"] for r in raw].count("header") == 1 and raw[-1] == {"type": "end", "records": 8}
+    assert [r["type"] for r in raw].count("header") == 1
+    assert raw[-1]["type"] == "end" and raw[-1]["records"] == len(raw) - 1  # every record before it
 
     with pytest.raises(TraceFormatError, match="cannot resume"):
         TraceWriter(path, engine="x", build="1", resume_at=(10**9, 1))
+
+
+# -- the documented layout alone (docs/trace-format.md, "Byte layout"), not the reference writer's constants --
+
+def _doc_chunk(records: list[dict]) -> bytes:
+    raw = b"".join(msgpack.packb(r, use_bin_type=True) for r in records)
+    comp = zstandard.ZstdCompressor(write_content_size=True).compress(raw)
+    first = struct.pack("<II4sIIII", 0x184D2A5B, 24, b"BDC1", len(comp), len(raw), len(records), zlib.crc32(raw))
+    return first + struct.pack("<I", zlib.crc32(first)) + comp
+
+
+def _doc_file(chunks: list[list[dict]], *, synced: bool = True) -> bytes:
+    """A file from the documented layout: each chunk's records, then (1.1) its sync record, the last its end."""
+    out, count, crc = b"", 0, 0
+    for i, records in enumerate(chunks):
+        body = b"".join(msgpack.packb(r, use_bin_type=True) for r in records)
+        count, crc = count + len(records), zlib.crc32(body, crc)
+        last = i == len(chunks) - 1
+        kind = "end" if last else "sync"
+        tail = {"type": kind, "records": count, "crc": crc} if synced else \
+            ({"type": "end", "records": count} if last else None)
+        if tail is not None:
+            records = [*records, tail]
+            packed = msgpack.packb(tail, use_bin_type=True)
+            count, crc = count + 1, zlib.crc32(packed, crc)
+        out += _doc_chunk(records)
+    return out
+
+
+def _doc_read(data: bytes) -> list[list[dict]]:
+    """Every chunk's records, read by the documented layout."""
+    chunks, at = [], 0
+    while at < len(data):
+        magic, size, tag, comp_len, raw_len, n, raw_crc, desc_crc = struct.unpack_from("<II4sIIIII", data, at)
+        assert (magic, size, tag) == (0x184D2A5B, 24, b"BDC1") and zlib.crc32(data[at:at + 28]) == desc_crc
+        raw = zstandard.ZstdDecompressor().decompress(data[at + 32:at + 32 + comp_len])
+        assert len(raw) == raw_len and zlib.crc32(raw) == raw_crc
+        chunks.append(list(msgpack.Unpacker(io.BytesIO(raw), raw=False)))
+        assert len(chunks[-1]) == n
+        at += 32 + comp_len
+    return chunks
+
+
+V11 = {"type": "header", "format": "badc-trace", "version": [1, 1], "engine": "x", "build": "1", "config": {},
+       "seal": ""}
+
+
+def test_a_file_written_from_the_documented_layout_reads_back(tmp_path):
+    path = tmp_path / "doc.badc"
+    path.write_bytes(_doc_file([[V11], [{"type": "call", "i": i} for i in range(5)], [{"type": "call", "i": 5}]]))
+    reader = read_trace(path)
+    assert [r["i"] for r in reader] == list(range(6)) and reader.complete
+    # and the reference writer's file reads by the documented layout, sync and end records as documented
+    _write(tmp_path / "ref.badc", [{"type": "call", "i": i} for i in range(3)])
+    chunks = _doc_read((tmp_path / "ref.badc").read_bytes())
+    flat = [r for c in chunks for r in c]
+    assert [r["type"] for r in flat] == ["header", "sync", "call", "call", "call", "end"]
+    assert all(c[-1]["type"] in ("sync", "end") for c in chunks)
+    assert flat[-1]["records"] == len(flat) - 1 and flat[1]["records"] == 1
+    assert flat[-1]["crc"] == zlib.crc32(b"".join(msgpack.packb(r, use_bin_type=True) for r in flat[:-1]))
+
+
+def _events(n: int = 12) -> list[dict]:
+    return [{"type": "call", "req": i // 3, "i": i} for i in range(n)]
+
+
+LOST_EVIDENCE = {
+    # name: chunks of records (the sync and end records are computed from what the writer first wrote)
+    "a record dropped": lambda ev: [ev[:5] + ev[6:8], ev[8:]],
+    "a record duplicated": lambda ev: [ev[:8] + [ev[7]], ev[8:]],
+    "two records swapped": lambda ev: [ev[:3] + [ev[4], ev[3]] + ev[5:8], ev[8:]],
+    "a record changed": lambda ev: [ev[:3] + [{**ev[3], "i": 99}] + ev[4:8], ev[8:]],
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOST_EVIDENCE))
+def test_a_record_lost_or_altered_after_writing_is_corruption(tmp_path, name):
+    """The sync and end records carry the count and CRC of the records the writer wrote: a record dropped,
+    duplicated, reordered or changed afterwards (chunks re-encoded with valid chunk checksums) is refused."""
+    ev = _events()
+    good = _doc_read(_doc_file([[V11], ev[:8], ev[8:]]))  # as written: sync and end records for these records
+    bad = LOST_EVIDENCE[name](ev)
+    chunks = [good[0], [*bad[0], good[1][-1]], [*bad[1], good[2][-1]]]
+    path = tmp_path / "m.badc"
+    path.write_bytes(b"".join(map(_doc_chunk, chunks)))
+    with pytest.raises(TraceFormatError, match="dropped|added|reordered"):
+        _consume(path)
+    path.write_bytes(b"".join(map(_doc_chunk, good)))  # the same file unmutated reads
+    assert [r["i"] for r in read_trace(path)] == list(range(12))
+
+
+def test_framing_records_out_of_place_are_corruption(tmp_path):
+    ev = _events()
+    good = _doc_file([[V11], ev[:6], ev[6:]])
+    head = _doc_read(good)[0]  # the header and its sync record
+    cases = {
+        "bytes after the end record": good + _doc_file([[V11], ev[:2]]),  # a whole trace appended
+        "second header": _doc_file([[V11], ev[:3] + [V11] + ev[3:6], ev[6:]]),
+        "records after the end record": _doc_chunk(head) + _doc_chunk([*ev[:3], {"type": "end", "records": 5},
+                                                                        *ev[3:]]),
+        "does not end with its sync record": _doc_chunk(head) + _doc_chunk(ev),
+        "after the end record": good + b"\x00" * 40,  # garbage appended
+    }
+    for fragment, data in cases.items():
+        path = tmp_path / "f.badc"
+        path.write_bytes(data)
+        with pytest.raises(TraceFormatError, match=fragment):
+            _consume(path)
+
+
+def test_a_1_0_file_is_checked_by_its_end_record_count(tmp_path):
+    """A 1.0 file has no sync records: its end record's count still catches a dropped or added record."""
+    v10 = {**V11, "version": [1, 0]}
+    ev = _events(6)
+    path = tmp_path / "old.badc"
+    path.write_bytes(_doc_file([[v10], ev], synced=False))
+    assert len(list(read_trace(path))) == 6
+    path.write_bytes(_doc_chunk([v10]) + _doc_chunk([*ev[1:], {"type": "end", "records": 7}]))
+    with pytest.raises(TraceFormatError, match="counts 7 records, the file holds 6"):
+        _consume(path)

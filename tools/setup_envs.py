@@ -40,17 +40,27 @@ def say(msg: str) -> None:
         print(f"[setup] {msg}", flush=True)
 
 
-def stamp_of(requirements: list[str], uninstall: tuple[str, ...] = ()) -> str:
+def stamp_of(requirements: list[str], uninstall: tuple[str, ...] = (), build_env: dict[str, str] | None = None) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps([requirements, list(uninstall), sys.version]).encode())
+    # build_env in the stamp: changing a build's compile flags rebuilds its environment
+    h.update(json.dumps([requirements, list(uninstall), sys.version, build_env or {}], sort_keys=True).encode())
     h.update((ROOT / "pyproject.toml").read_bytes())
     return h.hexdigest()
 
 
-def is_current(venv: Path, requirements: list[str], uninstall: tuple[str, ...] = ()) -> bool:
+def is_current(venv: Path, requirements: list[str], uninstall: tuple[str, ...] = (),
+               build_env: dict[str, str] | None = None) -> bool:
     stamp_file = venv / READY_STAMP
-    return (stamp_file.exists() and stamp_file.read_text() == stamp_of(requirements, uninstall)
+    return (stamp_file.exists() and stamp_file.read_text() == stamp_of(requirements, uninstall, build_env)
             and (venv / "bin" / "python").exists())
+
+
+def wheel_dir(requirement: str, build_env: dict[str, str]) -> Path:
+    """Where the wheel of `requirement` compiled under `build_env` is kept. pip's own wheel cache is keyed by
+    the source alone, so it would hand back a wheel compiled with other flags (a native build, say)."""
+    key = hashlib.sha256(json.dumps([requirement, build_env, sys.version], sort_keys=True).encode()).hexdigest()
+    base = Path(os.environ.get("BADC_CACHE", Path.home() / ".cache" / "badc"))
+    return base / "wheels" / key[:16]
 
 
 def disk_shortfall(pending: dict[str, float], where: Path) -> str | None:
@@ -71,10 +81,12 @@ def disk_shortfall(pending: dict[str, float], where: Path) -> str | None:
 
 
 def make_env(name: str, venv: Path, requirements: list[str], *, env_extra: dict[str, str] | None = None,
-             uninstall: tuple[str, ...] = ()) -> float:
+             uninstall: tuple[str, ...] = (), compiled: tuple[str, ...] = ()) -> float:
     """Install `requirements` (those after a "--no-deps" marker in a second pip call, with that flag),
-    then remove `uninstall`; nothing is done when the environment's stamp says it is current."""
-    if is_current(venv, requirements, uninstall):
+    then remove `uninstall`; nothing is done when the environment's stamp says it is current. Each of
+    `compiled` (also in `requirements`) is first built into its own wheel folder under `env_extra`
+    (once per flag set) and installed from there."""
+    if is_current(venv, requirements, uninstall, env_extra):
         say(f"{name}: up to date")
         return 0.0
     stamp_file = venv / READY_STAMP
@@ -90,7 +102,13 @@ def make_env(name: str, venv: Path, requirements: list[str], *, env_extra: dict[
         steps.append([sys.executable, "-m", "venv", str(venv)])
     pip = [str(venv / "bin" / "python"), "-m", "pip"]
     split = requirements.index("--no-deps") if "--no-deps" in requirements else len(requirements)
-    steps.append(pip + ["install", *requirements[:split]])
+    find_links = []
+    for req in compiled:
+        wheels = wheel_dir(req, env_extra or {})
+        if not any(wheels.glob("*.whl")):
+            steps.append(pip + ["wheel", "--no-deps", "--no-cache-dir", "-w", str(wheels), req])
+        find_links += ["--find-links", str(wheels)]
+    steps.append(pip + ["install", *find_links, *requirements[:split]])
     if split < len(requirements):
         steps.append(pip + ["install", *requirements[split:]])
     if uninstall:
@@ -104,7 +122,7 @@ def make_env(name: str, venv: Path, requirements: list[str], *, env_extra: dict[
                 tail = log.read_text().splitlines()[-25:]
                 raise RuntimeError(f"{name}: `{' '.join(cmd[:4])} ...` failed (exit {rc}); last lines of "
                                    f"{log}:\n  " + "\n  ".join(tail))
-    stamp_file.write_text(stamp_of(requirements, uninstall))
+    stamp_file.write_text(stamp_of(requirements, uninstall, env_extra))
     took = time.monotonic() - start
     say(f"{name}: ready in {took:.0f} s")
     return took
@@ -144,11 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     wanted += [n for n in extra if n not in wanted]
     wanted = [n for n in wanted if not builds[n].main]  # engines shipped with badc run in .venv
     main_reqs = ["-e", f"{ROOT}[{MAIN_EXTRAS}]", *MAIN_EXTRA_REQS]
-    envs = [(".venv", ROOT / ".venv", main_reqs, (), MAIN_DISK_GB)]
-    envs += [(n, builds[n].venv, build_requirements(builds[n]), builds[n].uninstall, builds[n].disk_gb) for n in wanted]
+    envs = [(".venv", ROOT / ".venv", main_reqs, (), {}, MAIN_DISK_GB)]
+    envs += [(n, b.venv, build_requirements(b), b.uninstall, b.build_env, b.disk_gb)
+             for n, b in ((n, builds[n]) for n in wanted)]
     # An environment that exists but is stale is updated in place: it needs only the headroom.
-    pending = {name: 0.0 if venv.exists() else size for name, venv, reqs, uninstall, size in envs
-               if not is_current(venv, reqs, uninstall)}
+    pending = {name: 0.0 if venv.exists() else size for name, venv, reqs, uninstall, flags, size in envs
+               if not is_current(venv, reqs, uninstall, flags)}
     short = disk_shortfall(pending, ROOT)
     if short:
         print(f"setup_envs: {short}", file=sys.stderr)
@@ -164,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     def one(name: str) -> None:
         b = builds[name]
         try:
-            make_env(name, b.venv, build_requirements(b), env_extra=b.build_env, uninstall=b.uninstall)
+            make_env(name, b.venv, build_requirements(b), env_extra=b.build_env, uninstall=b.uninstall,
+                     compiled=b.compiled)
         except Exception as e:  # reported together below; other builds go on
             errors.append(str(e))
 
