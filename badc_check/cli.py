@@ -91,31 +91,27 @@ def _trace_set(path: str) -> list[str]:
 
 def _replay_in_build(args: argparse.Namespace) -> int | None:
     """Parts of a contract that need the engine (transformers' D2/D3) are checked by running the same
-    command under an interpreter that has the trace's build: a declared build set up here, else the
-    interpreter the traced program ran under (recorded by badc-trace), when it is still there."""
+    command under the interpreter of the trace's build: a build declared in builds.toml and set up here,
+    nothing else (a trace is data: no interpreter or program named in it is ever run). None when this
+    interpreter is that build's, or when no such build is set up (said on stderr; the caller reports
+    what stays unchecked)."""
     import subprocess
 
     from badc_check.builds import build_for
     from badc_trace.format import read_trace
 
     header = read_trace(_trace_set(args.trace)[0], allow_torn_tail=True).header
-    config = header.get("config") if isinstance(header.get("config"), dict) else {}
     try:
-        python = str(build_for(header["engine"], header["build"]).python)
-    except LookupError:
-        python = str(config.get("python") or "")
-    if not python or not Path(python).exists():
+        python = build_for(header["engine"], header["build"]).python
+    except LookupError as e:
+        print(f"badc replay: the trace needs engine build {header['engine']}-{header['build']} to check what "
+              f"needs the engine: {e}", file=sys.stderr)
         return None
-    if Path(python).parent.parent.resolve() == Path(sys.prefix).resolve():  # already in that environment
+    if python.parent.parent.resolve() == Path(sys.prefix).resolve():  # already in that environment
         return None
-    cmd = [python, "-m", "badc_check.cli", "replay", args.trace, "--limit", str(args.limit)]
+    cmd = [str(python), "-m", "badc_check.cli", "replay", args.trace, "--limit", str(args.limit)]
     cmd += (["--json"] if args.json else []) + (["--scores"] if args.scores else [])
-    try:  # an interpreter without badc would answer with an import error, not a verdict
-        if subprocess.run([python, "-c", "import badc_check.cli"], capture_output=True).returncode:
-            return None
-        return subprocess.run(cmd, env={**os.environ, "BADC_REPLAY_IN_BUILD": "1"}).returncode
-    except OSError:
-        return None
+    return subprocess.run(cmd, env={**os.environ, "BADC_REPLAY_IN_BUILD": "1"}).returncode
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -327,13 +323,18 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--prompt", help="prompt text (default: abcdabcdab)")
     mo.add_argument("--json", action="store_true")
     mo.set_defaults(func=_cmd_models)
+    for command in sub.choices.values():  # every command: badc's own failure is never read as a verdict
+        command.epilog = (command.epilog or "Exit status: 0 on success, 2 on a usage error.") + \
+            " 4 when badc itself failed (a defect in badc: one line on stderr, the traceback in a file)."
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    from badc_trace.failure import guarded
+
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        return guarded(f"badc {args.command}", lambda: args.func(args))
     except KeyboardInterrupt:
         print("badc: interrupted", file=sys.stderr)
         return 130

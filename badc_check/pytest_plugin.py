@@ -16,7 +16,8 @@ A broken contract (trace replay found a call that saw what sequential decoding w
 test too, whatever the returned-output decision (`fail_on_broken_contract=False` to allow it). What was
 not checked (an INCONCLUSIVE or VOID config, an unchecked contract, a model without an exact law, a
 parameter that never acted on a draft: badc_check/outcome.py) is said in a `BadcUncheckedWarning`,
-never passed silently.
+never passed silently. A failure of badc itself (an exception from inside badc, not a decision) is
+reported as a test error, not a failure: it is no evidence about the engine.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ FAILS = "FAILS"
 
 class BadcUncheckedWarning(UserWarning):
     """A campaign in a test left something unchecked: it passed nothing, and says what."""
+
+
+class BadcInternalError(RuntimeError):
+    """badc itself failed while running a campaign: the test reports an error, never a failure."""
 
 
 class BadcFixture:
@@ -52,7 +57,15 @@ class BadcFixture:
         except CampaignError as e:
             pytest.fail(f"badc: {e}", pytrace=False)
         out = self.tmp_path / f"badc-{camp.name}-{len(self.reports)}"
-        report = run_campaign(camp, out, executor="inline", log=lambda m: None, plots=plots)
+        try:
+            report = run_campaign(camp, out, executor="inline", log=lambda m: None, plots=plots)
+        except CampaignError as e:
+            pytest.fail(f"badc: {e}", pytrace=False)
+        except Exception as e:  # not a decision: badc's own defect
+            from badc_trace.failure import write_traceback
+
+            raise BadcInternalError(f"badc failed: {type(e).__name__}: {e} (a defect in badc; the traceback is in "
+                                    f"{write_traceback('badc pytest plugin', e)})") from e
         self.reports.append(report)
         def contract(c: dict[str, Any]) -> str:
             return (c.get("contract") or {}).get("status", "unchecked")
@@ -89,6 +102,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:  # a marked test gets the fixture, so the campaign has a temporary folder
         if item.get_closest_marker("badc_campaign") is not None and "badc" not in getattr(item, "fixturenames", ()):
             item.fixturenames.append("badc")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.excinfo is not None and call.excinfo.errisinstance(BadcInternalError):
+        report.badc_internal = True
+    return report
+
+
+def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
+    if getattr(report, "badc_internal", False):
+        return "error", "E", "ERROR"
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -181,7 +181,12 @@ def activate() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    from badc_trace.failure import guarded
+
+    return guarded("badc-trace", lambda: _main(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     ap = argparse.ArgumentParser(
         prog="badc-trace", usage="badc-trace [--out FILE] [--level counts|calls|full] -- COMMAND ...",

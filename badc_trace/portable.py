@@ -16,9 +16,20 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
-# Modules whose classes a recorded argument may be made of (prefix match on the module name).
-ALLOWED_MODULES = ("transformers.", "xgrammar.", "torch", "numpy", "collections", "badc_trace.portable")
+# What a recorded argument may be made of. A trace is data: unpickling may construct these classes and
+# values and call these rebuild functions, nothing else (no dotted names, no other function: pickle calls
+# whatever `find_class` returns, and torch.storage._load_from_bytes alone would run a nested, unrestricted
+# torch.load). Classes come from these module prefixes (processors, stopping criteria, generation configs)...
+CLASS_MODULE_PREFIXES = ("transformers.generation.", "xgrammar.")
+# ...and these modules exactly (dtypes, devices, containers)
+CLASS_MODULES = frozenset({"torch", "numpy", "numpy.dtypes", "collections", "builtins"})
 ALLOWED_BUILTINS = frozenset({"set", "frozenset", "slice", "complex", "bytearray", "range", "object"})
+REBUILDERS = frozenset({("copyreg", "_reconstructor"), ("_codecs", "encode"),
+                        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+                        ("badc_trace.portable", "_compiled_grammar"), ("badc_trace.portable", "_tensor"),
+                        ("badc_trace.portable", "Ref")})
+DENIED_CLASSES = frozenset({("numpy", "memmap")})  # constructing one opens (and may truncate) a file
 
 
 class NotPortable(Exception):
@@ -42,8 +53,25 @@ def _compiled_grammar(grammar_json: str, tokenizer_json: str) -> Any:
     return xgr.CompiledGrammar.deserialize_json(grammar_json, xgr.TokenizerInfo.deserialize_json(tokenizer_json))
 
 
+def _tensor(data: bytes, dtype: str, shape: list[int]) -> Any:
+    import numpy as np
+    import torch
+
+    return torch.from_numpy(np.frombuffer(data, dtype=dtype).reshape(shape).copy())
+
+
 def _reducers() -> dict[type, Any]:
     out: dict[type, Any] = {}
+    try:  # tensors as bytes, dtype and shape: torch's own reducer goes through an unrestricted torch.load
+        import torch
+
+        def tensor(t: Any) -> tuple[Any, tuple[bytes, str, list[int]]]:
+            a = t.detach().cpu().numpy()
+            return _tensor, (a.tobytes(), a.dtype.str, list(a.shape))
+
+        out[torch.Tensor] = tensor
+    except ImportError:
+        pass
     try:  # xgrammar's compiled grammars are native objects with their own JSON form
         import xgrammar as xgr
 
@@ -69,12 +97,19 @@ def dumps(obj: Any) -> bytes:
 
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        if module == "builtins" and name in ALLOWED_BUILTINS:
+        refused = NotPortable(f"the recorded arguments hold {module}.{name}, which replay does not load (only "
+                              f"classes of {', '.join(m.rstrip('.') for m in CLASS_MODULE_PREFIXES)} and plain "
+                              "values: a trace is data)")
+        if (module, name) in REBUILDERS:
             return super().find_class(module, name)
-        if module.startswith(ALLOWED_MODULES) or module in ("copyreg", "_codecs"):
-            return super().find_class(module, name)
-        raise NotPortable(f"the recorded arguments hold {module}.{name}, which replay does not load (only classes "
-                          f"of {', '.join(m.rstrip('.') for m in ALLOWED_MODULES[:-1])})")
+        if ("." in name or name.startswith("_") or (module, name) in DENIED_CLASSES
+                or (module == "builtins" and name not in ALLOWED_BUILTINS)
+                or not (module in CLASS_MODULES or module.startswith(CLASS_MODULE_PREFIXES))):
+            raise refused
+        found = super().find_class(module, name)
+        if callable(found) and not isinstance(found, type):  # a function: pickle would call it
+            raise refused
+        return found
 
 
 def loads(data: bytes) -> Any:

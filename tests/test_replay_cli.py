@@ -172,6 +172,17 @@ def test_recorded_arguments_load_only_allowlisted_classes():
         portable.loads(pickle.dumps(eval))
     with pytest.raises(portable.NotPortable):
         portable.dumps(lambda: 0)
+    # Hand-made pickles that an allowlist of module prefixes let through (a trace is data: each would run
+    # code): a dotted name reaching os from an allowed module, torch's storage loader (a nested torch.load
+    # without restrictions), numpy's loader, a memmap (opens and truncates a file), a function of transformers.
+    for module, name in (("torch", "os.system"), ("numpy", "os.system"), ("torch.storage", "_load_from_bytes"),
+                         ("torch", "load"), ("numpy", "load"), ("numpy", "memmap"),
+                         ("transformers.generation.utils", "os.system"), ("collections", "namedtuple"),
+                         ("transformers.dynamic_module_utils", "get_class_from_dynamic_module")):
+        blob = b"\x80\x04\x8c" + bytes([len(module)]) + module.encode() + b"\x8c" + bytes([len(name)]) + \
+            name.encode() + b"\x93\x8c\x04echo\x85R."  # STACK_GLOBAL module.name, then call it with ("echo",)
+        with pytest.raises(portable.NotPortable, match="a trace is data|No module named"):  # torch not here
+            portable.loads(blob)
 
 
 def test_diff_takes_a_runs_trace_set_like_replay(tmp_path, capsys):
@@ -187,3 +198,21 @@ def test_diff_takes_a_runs_trace_set_like_replay(tmp_path, capsys):
     assert "differs in `n_tokens`" in joined
     assert joined.split("\n", 3)[3] == alone.split("\n", 3)[3]  # all but the line naming side A
     assert main(["diff", str(tmp_path / "missing"), clean]) == 2
+
+
+def test_replay_never_runs_a_program_the_trace_names(tmp_path, capsys):
+    """A trace is data: a header naming an interpreter (badc-trace records the traced program's, `python`)
+    for a build not set up here is never run; replay says which build it needs and leaves D2/D3 unchecked."""
+    marker = tmp_path / "ran"
+    program = tmp_path / "program"
+    program.write_text(f"#!/bin/sh\ntouch {marker}\nexit 0\n")
+    program.chmod(0o755)
+    path = tmp_path / "t.badc"
+    with TraceWriter(path, engine="transformers", build="9.9.9",
+                     config={"argv": ["x.py"], "python": str(program), "level": "full"}) as w:
+        w.write({"type": "request", "req": 0, "prompt": [1, 2], "params": {}})
+        w.write({"type": "return", "req": 0, "tokens": [3], "outcome": "3|length"})
+    assert main(["replay", str(path)]) == 3
+    err = capsys.readouterr().err
+    assert not marker.exists()
+    assert "needs engine build transformers-9.9.9" in err and "UNCHECKED" in err
