@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from badc_replay.schema import SchemaCheck, checked
 from badc_replay.text import Decoder, ids_text, trace_decoder, trace_vocab
 from badc_trace.format import TraceReader, read_trace
 
@@ -109,6 +110,7 @@ class ContractResult:
     first_carry_over: CarryOver | None = None
     decode: Decoder | None = field(default=None, repr=False, compare=False)  # ids -> text, when known
     exposure: Counter[str] = field(default_factory=Counter)  # per parameter: requests where it acted on a draft
+    schema: SchemaCheck = field(default_factory=SchemaCheck)  # records of types this reader does not know
 
     @property
     def first_violation(self) -> Violation | None:
@@ -117,6 +119,7 @@ class ContractResult:
     def left_unchecked(self) -> list[str]:
         """What this replay could not check, each in words; empty when every request was checked in full."""
         left = [self.unchecked] if self.unchecked else []
+        left += self.schema.left_unchecked()
         if self.torn_tail:
             left.append(f"torn tail at {self.torn_tail}: records after it, and any request they held, are lost")
         if self.requests == 0:
@@ -211,12 +214,12 @@ def merge_contracts(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     return merged
 
 
-def _requests(reader: TraceReader, result: ContractResult | None = None,
+def _requests(records: Iterator[dict[str, Any]], result: ContractResult | None = None,
               call_types: tuple[str, ...] = CALL_TYPES) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     # Records of one request are contiguous except drafter records, which carry the request id too.
     current: int | None = None
     batch: list[dict[str, Any]] = []
-    for rec in reader:
+    for rec in records:
         rid = rec.get("req")
         if rid is None:
             if result is not None and rec.get("type") in call_types:  # a call no request claims: unchecked
@@ -249,13 +252,27 @@ def open_traces(paths: list[str], *, allow_torn_tail: bool = True) -> list[Trace
 
 def requests_of(readers: list[TraceReader], result: ContractResult | None = None,
                 call_types: tuple[str, ...] = CALL_TYPES) -> Iterator[tuple[int, list[dict[str, Any]]]]:
-    """(request id, its records) of one trace (streamed) or of one run's traces (joined by id)."""
+    """(request id, its records) of one trace (streamed) or of one run's traces (joined by id), every record
+    checked against its engine's record schema first (badc_replay/schema.py): a record that does not fit is
+    a TraceFormatError."""
+    from badc_replay.registry import UnknownEngineError, get_engine  # the registry imports this module
+
+    name = readers[0].header["engine"]
+    try:
+        engine = get_engine(name)
+    except UnknownEngineError as e:
+        raise ValueError(f"{readers[0].path}: no contract replay: {e}") from None
+    if engine.record_schema is None:
+        raise ValueError(f"{readers[0].path}: engine {name!r} declares no record schema (Engine.record_schema), "
+                         "so no record of its traces can be checked before a contract check reads it")
+    check = None if result is None else result.schema
+    streams = [checked(r, name, engine.record_schema, check) for r in readers]
     if len(readers) == 1:
-        return _requests(readers[0], result, call_types)
-    return _joined(readers, result or ContractResult(""), call_types)
+        return _requests(streams[0], result, call_types)
+    return _joined(streams, result or ContractResult(""), call_types)
 
 
-def _joined(readers: list[TraceReader], result: ContractResult,
+def _joined(readers: list[Iterator[dict[str, Any]]], result: ContractResult,
             call_types: tuple[str, ...]) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """The requests of one run's traces, one per process (vLLM's front end writes requests and returns,
     its engine core the steps): records joined by request id, each request's request record first,
@@ -294,14 +311,14 @@ def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> Contract
         engine = get_engine(name)
     except UnknownEngineError as e:
         raise ValueError(f"{paths[0]}: no contract replay: {e}") from None
+    requests = requests_of(readers, result := ContractResult(name), engine.call_types)
     config = header.get("config", {})
-    result = ContractResult(name)
     # Parts of a contract that need the engine itself (a kernel that replays fresh processors) come
     # with a context the engine builds when it can run here, or a reason why they cannot be checked.
     vocab = trace_vocab(paths)
     context, result.unchecked = engine.replay_context(header, vocab)
     result.decode = trace_decoder(paths, header, vocab)
-    for rid, records in requests_of(readers, result, engine.call_types):
+    for rid, records in requests:
         result.requests += 1
         result.calls += sum(1 for r in records if r["type"] in engine.call_types)
         try:

@@ -35,6 +35,7 @@ from badc_replay.arms import ArmResult, ArmSpec, collect_arm
 from badc_replay.contract import CALL_TYPES, Violation
 from badc_replay.diff import LogicalCall, processor_calls
 from badc_replay.enumeration import ExactLaw
+from badc_replay.schema import Record
 from badc_replay.scores import RequestScores, ScoresUnavailable
 from badc_replay.text import Decoder, pieces_decoder
 from badc_trace.registry import nearest
@@ -129,6 +130,9 @@ class Engine(ABC):
     config_class: ClassVar[type]  # a `strict` dataclass with an `id` field: the engine's config keys
     trace_level: ClassVar[str] = "calls"  # the trace level decision arms are recorded at
     call_types: ClassVar[tuple[str, ...]] = CALL_TYPES  # record types that are calls of the contract
+    # record type -> its typed schema (badc_replay/schema.py), checked before any check reads a record;
+    # None: not declared, so replay refuses the engine's traces rather than read unchecked records
+    record_schema: ClassVar[Mapping[str, Record] | None] = None
     hypotheses: ClassVar[Mapping[str, Any]] = {}  # executable hypotheses: id -> the simulator's switches
     predicates: ClassVar[tuple[str, ...]] = ()  # registered witness predicates
     simulator_metric: ClassVar[str] = "max abs difference"

@@ -237,7 +237,8 @@ def _check_depth(obj: Any, path: str, offset: int) -> None:
 class TraceReader:
     """Streams the records of a trace in constant memory (one chunk at a time).
 
-    Iterating yields every record after the header (available as ``header``), end record excluded.
+    Iterating yields every record after the header (available as ``header``), sync and end records
+    excluded; ``chunk_offset`` and ``chunk_record`` say where the record last yielded is.
     On a torn tail, iteration raises :class:`TornTailError` after the last whole chunk's records,
     unless ``allow_torn_tail`` is set, in which case it stops and sets ``torn_tail``. Any other
     defect raises :class:`TraceFormatError` with the byte offset.
@@ -249,6 +250,8 @@ class TraceReader:
         self.torn_tail: TornTail | None = None
         self.complete = False
         self._synced = False  # a 1.1+ file: every chunk ends with a sync or end record with a CRC
+        self.chunk_offset = 0  # where the chunk of the record last yielded starts, and its index there
+        self.chunk_record = 0
         self._chunks = self._iter_chunks()
         self._pending: list[Any] = []
         try:
@@ -455,12 +458,13 @@ class TraceReader:
             if not isinstance(header.get(name), typ):
                 raise self._fail(offset, f"header field {name!r} must be a {typ.__name__}")
         self._pending = records[1:]
+        self._base = 1
         return header
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
             while True:
-                for rec in self._pending:
+                for i, rec in enumerate(self._pending, self._base):
                     kind = rec["type"]
                     if kind == "sync":
                         continue
@@ -468,6 +472,7 @@ class TraceReader:
                         self._check_nothing_after()
                         self.complete = True
                         return
+                    self.chunk_record = i
                     yield rec
                 try:
                     chunk = self._next_chunk()
@@ -482,7 +487,8 @@ class TraceReader:
                         raise self._torn(self._size, reason)
                     self.torn_tail = TornTail(self._size, reason)
                     return
-                self._pending = chunk[1]
+                self.chunk_offset, self._pending = chunk
+                self._base = 0
         finally:
             self.close()
 

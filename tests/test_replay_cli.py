@@ -73,7 +73,7 @@ def test_a_torn_tail_that_lost_requests_exits_3_also_with_json(tmp_path, capsys)
 def test_calls_that_name_no_request_are_unchecked_and_a_violation_still_wins(tmp_path, capsys):
     path = tmp_path / "orphan.badc"
     with TraceWriter(str(path), engine="llama_cpp", build="0.3.36", config={"id": "T"}) as w:
-        w.write({"type": "processor", "proc": 0, "name": "P", "ids": PROMPT, "logical_len": 10,
+        w.write({"type": "processor", "req": None, "proc": 0, "name": "P", "ids": PROMPT, "logical_len": 10,
                  "n_tokens": 10, "role": "verify", "state": "x"})
     assert main(["replay", str(path)]) == 3
     assert "1 record(s) name no request" in capsys.readouterr().err

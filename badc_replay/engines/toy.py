@@ -26,6 +26,7 @@ from badc_replay.contract import Violation
 from badc_replay.engine import Engine, SimulatorCheck, strict
 from badc_replay.enumeration import ExactLaw, enumerate_law
 from badc_replay.records import RecordTally, returns_with_records
+from badc_replay.schema import ANY, BOOL, IDS, INT, MAP, NUMBER, REQ, SCORE, STR, ListOf, Record
 from badc_trace.outcomes import format_outcome, parse_outcome
 
 RECORD_TOLERANCE = 1e-9  # float64 throughout: replay recomputes the same numbers
@@ -177,9 +178,21 @@ def check_records(trace_path: str, cfg: ToyConfig) -> dict[str, Any]:
     return tally.to_dict()
 
 
+# The toy probe's record types (badc_trace/engines/toy.py) as typed schemas (badc_replay/schema.py).
+RECORDS = {
+    "request": Record({"req": INT, "prompt": IDS, "params": MAP}),
+    "return": Record({"req": INT, "tokens": IDS, "finish_reason": STR, "outcome": STR}, {"logprobs": ListOf(NUMBER)}),
+    "draft": Record({"req": REQ, "committed": IDS, "draft": IDS}),
+    "processor": Record({"req": REQ, "proc": INT, "name": STR, "ids": IDS, "logical_len": INT},
+                        {"state": ANY, "scores_out": ListOf(SCORE)}),
+    "stop_check": Record({"req": REQ, "ids": IDS, "where": STR, "result": BOOL}),
+}
+
+
 class ToyEngineAdapter(Engine):
     name = "toy"
     package = "badc"
+    record_schema = RECORDS
     config_class = ToyConfig
     hypotheses = HYPOTHESES
     predicates = ("min_tokens", "past_stop", "max_new_tokens")

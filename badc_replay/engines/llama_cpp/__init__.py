@@ -33,6 +33,7 @@ from badc_replay.engines.llama_cpp.features import parity_violations
 from badc_replay.engines.llama_cpp.harness import Harness
 from badc_replay.engines.llama_cpp.kernel import KernelAdapter, LogitOracle
 from badc_replay.engines.llama_cpp.records import check_records
+from badc_replay.engines.llama_cpp.schema import RECORDS
 from badc_replay.enumeration import ExactLaw
 
 HYPOTHESES = {
@@ -46,6 +47,7 @@ HYPOTHESES = {
 class LlamaCppEngine(Engine):
     name = "llama_cpp"
     package = "llama-cpp-python"
+    record_schema = RECORDS
     config_class = LlamaConfig
     hypotheses = HYPOTHESES
     predicates = ("allowed_tokens",)

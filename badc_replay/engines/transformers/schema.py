@@ -1,0 +1,14 @@
+"""The transformers probe's record types (badc_trace/engines/transformers.py) as typed schemas."""
+
+from badc_replay.schema import BOOL, BYTES, IDS, INT, MAP, REQ, STR, ListOf, Record
+
+RECORDS = {
+    "request": Record({"req": INT, "prompt": IDS, "params": MAP},
+                      {"setup": Record(optional={"key": STR, "blob": BYTES, "unportable": STR})}),
+    "return": Record({"req": INT, "tokens": IDS, "outcome": STR}, {"scores": ListOf(BYTES), "logits": ListOf(BYTES)}),
+    "draft": Record({"req": REQ, "drafter": STR, "committed": IDS, "draft": IDS}, {"settings": MAP}),
+    "processor": Record({"req": INT, "proc": INT, "name": STR, "ids": IDS, "role": STR, "logical_len": INT,
+                         "committed": INT}, {"state": STR, "scores_in": BYTES, "scores_out": BYTES}),
+    "stop_check": Record({"req": INT, "ids": IDS, "where": STR, "committed": INT, "result": BOOL}),
+    "crop": Record({"req": INT, "depth": INT, "arg": INT, "arg_type": STR}),
+}
