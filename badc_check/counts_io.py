@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ RECORD_STATUSES = ("complete", "incomplete", "not_returned")
 CONFIG_KEYS = ("id", "engine", "build", "role", "on", "off", "reference", "predicates", "exercise", "violations",
                "hypothesis", "records", "support")
 ROLES = ("probe", "negative-control", "positive-control")
+MAX_COUNT = 2**53  # counts stay exact as floats (the bounds compute in floating point)
 
 
 class CountsError(ValueError):
@@ -45,8 +47,9 @@ class _Reader:
         return v
 
     def int(self, v: Any, where: str) -> int:
-        if type(v) is not int or v < 0:
-            raise self.fail(where, f"expected a non-negative integer, got {v!r}")
+        if type(v) is not int or not 0 <= v <= MAX_COUNT:
+            shown = repr(v) if len(repr(v)) <= 40 else f"{repr(v)[:37]}..."
+            raise self.fail(where, f"expected an integer from 0 to 2**53, got {shown}")
         return v
 
     def prob(self, v: Any, where: str, *, positive: bool = False) -> float:
@@ -79,7 +82,7 @@ class _Reader:
         mismatch = self.int(v.get("mismatch"), f"{where}.mismatch")
         positions = {}
         for p, k in self.obj(v.get("positions", {}), f"{where}.positions").items():
-            if not p.isdigit():
+            if not re.fullmatch(r"[1-9][0-9]{0,9}", p, re.ASCII):
                 raise self.fail(f"{where}.positions[{p!r}]", "positions are keyed by integers")
             positions[int(p)] = self.int(k, f"{where}.positions[{p!r}]")
         if mismatch > draws:
@@ -151,8 +154,29 @@ class _Reader:
                 raise self.fail(f"{where}.records.{arm}.draws", f"{r.draws} draws with records in an arm of {n} draws")
         return Config(id=cid, on=Arm(on, v_on, proposed, accepted), off=Arm(off, v_off), reference=reference,
                       predicates=predicates, hypothesis=hyp, records_status=status, records_on=r_on,
-                      records_off=r_off, declared_support=support, engine=str(c.get("engine", "")),
-                      build=str(c.get("build", "")), role=role, contract=contract)
+                      records_off=r_off, declared_support=support,
+                      engine=self.text(c.get("engine", ""), f"{where}.engine"),
+                      build=self.text(c.get("build", ""), f"{where}.build"), role=role, contract=contract)
+
+    def text(self, v: Any, where: str) -> str:
+        if not isinstance(v, str):
+            raise self.fail(where, f"expected a string, got {type(v).__name__}")
+        return v
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
 
 
 def load_counts(path: str | Path) -> tuple[dict[str, Any], list[Config]]:
@@ -161,12 +185,24 @@ def load_counts(path: str | Path) -> tuple[dict[str, Any], list[Config]]:
     r = _Reader(path)
     try:
         with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+            doc = json.load(f, object_pairs_hook=_unique_keys)
     except FileNotFoundError:
         raise CountsError(path, "file", "not found") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        where = f"line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else "file"
-        raise CountsError(path, where, f"not valid JSON: {e}") from None
+    except IsADirectoryError:
+        raise CountsError(path, "file", "is a folder, not a counts file") from None
+    except OSError as e:
+        raise CountsError(path, "file", f"cannot be read: {e.strerror or e}") from None
+    except _DuplicateKey as e:
+        raise CountsError(path, "file", f"key {e.key!r} appears twice in one object (JSON would keep the last "
+                                        "silently)") from None
+    except json.JSONDecodeError as e:
+        raise CountsError(path, f"line {e.lineno} column {e.colno}", f"not valid JSON: {e.msg}") from None
+    except UnicodeDecodeError as e:
+        raise CountsError(path, f"byte {e.start}", "not UTF-8 text") from None
+    except RecursionError:
+        raise CountsError(path, "file", "nested too deeply to be a counts file") from None
+    except ValueError as e:  # an integer of thousands of digits (Python's int limit)
+        raise CountsError(path, "file", f"not a counts file: {e}") from None
     doc = r.keys(r.obj(doc, "top level"), "top level", ("alpha", "threshold", "m", "configs"))
     alpha = r.prob(doc.get("alpha", 0.05), "alpha", positive=True)
     threshold = r.prob(doc.get("threshold", 0.01), "threshold")

@@ -63,7 +63,7 @@ def test_table_output_and_anytime_mode(tmp_path, capsys):
 
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d["configs"][0]["on"].update({"3 x|eos": 4}), "configs[0].on['3 x|eos']: outcome"),
-    (lambda d: d["configs"][0]["on"].update({"3|eos": -1}), "configs[0].on['3|eos']: expected a non-negative"),
+    (lambda d: d["configs"][0]["on"].update({"3|eos": -1}), "configs[0].on['3|eos']: expected an integer from 0"),
     (lambda d: d["configs"][1].pop("off"), "configs[1]: missing field 'off'"),
     (lambda d: d["configs"][0].update({"reference": {"1|eos": 0.7}}), "configs[0].reference: probabilities sum"),
     (lambda d: d.update({"alpha": 2}), "alpha: expected a probability"),
@@ -75,7 +75,17 @@ def test_table_output_and_anytime_mode(tmp_path, capsys):
     (lambda d: d["configs"][0].update({"violations": {"on": 20001}}), "configs[0].violations.on: 20001 violating"),
     (lambda d: d["configs"][0].update({"exercise": {"proposed": 3, "accepted": 4}}), "4 draft tokens accepted of 3"),
     (lambda d: d["configs"][0].update({"reference": {"1|eos": float("nan")}}), "configs[0].reference['1|eos']"),
-    (lambda d: d["configs"][0]["on"].update({"3|eos": 2.5}), "expected a non-negative integer, got 2.5"),
+    (lambda d: d["configs"][0]["on"].update({"3|eos": 2.5}), "expected an integer from 0 to 2**53, got 2.5"),
+    # hostile or mistaken inputs (each was a traceback or silently accepted before)
+    (lambda d: d["configs"][0]["on"].update({"²|eos": 1}), "configs[0].on['²|eos']: outcome"),
+    (lambda d: d["configs"][0]["on"].update({"03|eos": 1}), "without leading zeros"),
+    (lambda d: d["configs"][0]["on"].update({"٣|eos": 1}), "ASCII integers"),
+    (lambda d: d["configs"][0]["on"].update({"３|eos": 1}), "ASCII integers"),
+    (lambda d: d["configs"][0]["on"].update({"3|e os": 1}), "termination code"),
+    (lambda d: d["configs"][1].update({"support": [["3|eos"]]}), "configs[1].support: outcome ['3|eos'] is not a string"),
+    (lambda d: d["configs"][1]["predicates"].update({"allowed": [["9|eos"]]}), "is not a string"),
+    (lambda d: d["configs"][0]["off"].update({"3|eos": 10**300}), "expected an integer from 0 to 2**53, got 1000"),
+    (lambda d: d["configs"][0].update({"engine": 7}), "configs[0].engine: expected a string"),
     (lambda d: d["configs"][0].update({"records": {"status": "complete", "on": {"draws": 30000, "mismatch": 0},
                                                    "off": {"draws": 10, "mismatch": 0}}}),
      "configs[0].records.on.draws: 30000 draws with records in an arm of 20000"),
@@ -120,6 +130,22 @@ def test_bounds_refuse_impossible_counts_and_never_return_nan():
     with pytest.raises(BoundError, match="tail"):
         cs_lower(1, 10, float("nan"))
     assert cp_lower(0, 0, 0.01) == 0 and cp_upper(0, 0, 0.01) == 1  # an empty arm: trivial, but said so
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"alpha": 0.05, "alpha": 0.01, "configs": []}', "key 'alpha' appears twice"),
+    ("[" * 1000 + "]" * 1000, "nested too deeply"),
+    ('{"m": ' + "9" * 5000 + "}", "not a counts file"),
+    (b"{\"configs\": \"\xff\"}", "not UTF-8"),
+])
+def test_hostile_files_are_refused_in_one_line(tmp_path, capsys, text, message):
+    path = tmp_path / "c.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert main(["check", str(tmp_path)]) == 2  # a folder
+    assert "is a folder" in capsys.readouterr().err
 
 
 def test_unreadable_files(tmp_path, capsys):
