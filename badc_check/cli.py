@@ -228,6 +228,16 @@ def _cmd_models(args: argparse.Namespace) -> int:
     return run(args.engine, args.seed, args.prompt, args.json)
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="badc",
@@ -261,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="output folder (default: badc-out/CAMPAIGN_NAME)")
     r.add_argument("--draws", type=int, help="draws per arm (default: the campaign's)")
     r.add_argument("--confirm", type=int, help="draws per arm for repair confirmation (default: the campaign's)")
-    r.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    r.add_argument("--workers", type=_positive, default=2, help="worker processes (default 2)")
     r.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local worker processes, or Ray tasks (RAY_ADDRESS selects a cluster; default: a local one)")
     r.add_argument("--anytime", action="store_true",

@@ -28,6 +28,7 @@ from badc_replay.engine import ConfigError, nearest, strict, validation_problems
 from badc_replay.registry import UnknownEngineError, engine_names, get_engine
 from badc_replay.repairs import known_repairs
 from badc_trace.checkpoints import enumerable
+from badc_trace.tiny import ModelSpecError, parse_model_spec
 
 ROLES = ("probe", "negative-control", "positive-control")
 BUILTIN = Path(str(files("badc_check") / "campaigns" / "builtin.toml"))
@@ -62,11 +63,15 @@ class CampaignTable:
     confirm_anytime: bool = False
 
 
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,79}$"
+
+
 @strict
 class ConfigKeys:
     """The keys of a `[[config]]` that badc reads itself (every other key is the engine's)."""
 
-    id: Annotated[str, pydantic.Field(min_length=1)]
+    # ids name files under the output folder: a safe character set, never a path (no "/", "..", space, NUL)
+    id: Annotated[str, pydantic.Field(pattern=ID_PATTERN)]
     engine: Annotated[str, pydantic.Field(min_length=1)]
     build: Annotated[str, pydantic.Field(min_length=1)]
     role: Literal["probe", "negative-control", "positive-control"] = "probe"
@@ -159,9 +164,19 @@ def needs_pilot(config: dict[str, Any]) -> bool:
 def _read_toml(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = f.read()
     except FileNotFoundError:
         raise CampaignError(f"{path}: not found") from None
+    except IsADirectoryError:
+        raise CampaignError(f"{path}: is a folder, not a campaign file") from None
+    except OSError as e:
+        raise CampaignError(f"{path}: cannot be read: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CampaignError(f"{path}: byte {e.start}: not UTF-8 text (TOML files are UTF-8)") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise CampaignError(f"{path}: not valid TOML: {e}") from None
 
@@ -190,6 +205,17 @@ def _check_config(config: dict[str, Any], from_defaults: set[str]) -> list[str]:
         engine.parse_config(config)
     except ConfigError as e:
         problems += e.problems
+    build = config.get("build")
+    builds = [b for b in load_builds().values() if b.engine == name]
+    if isinstance(build, str) and build and build not in {b.version for b in builds}:
+        problems.append(f"key 'build': no build {name}-{build} is declared in builds.toml "
+                        f"({nearest(build, [b.version for b in builds]) if builds else 'it declares none of ' + name})")
+    model = config.get("model", "tiny")
+    if isinstance(model, str) and enumerable(model):
+        try:
+            parse_model_spec(name, model)
+        except ModelSpecError as e:
+            problems.append(f"key 'model': {e}")
     hypothesis, predicates = config.get("hypothesis"), config.get("predicates")
     if needs_pilot(config):
         for key in ("hypothesis", "predicates"):

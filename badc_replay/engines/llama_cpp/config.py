@@ -12,20 +12,20 @@ from badc_replay.engine import strict
 from badc_replay.engines.llama_cpp.sampler import CREATE_COMPLETION_DEFAULTS
 
 
-@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid", strict=True))
 class LlamaDrafter(TypedDict, total=False):
     """`LlamaPromptLookupDecoding` keywords (llama_speculative.py)."""
 
     method: Literal["prompt_lookup"]
-    num_pred_tokens: int  # llama-cpp-python's default: 10
-    max_ngram_size: int
+    num_pred_tokens: Annotated[int, pydantic.Field(ge=1)]  # llama-cpp-python's default: 10
+    max_ngram_size: Annotated[int, pydantic.Field(ge=1)]
 
 
-@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid", strict=True))
 class LlamaSampling(TypedDict, total=False):
     """The `create_completion` keywords the kernel mirrors (`mirror_chain`) or checks (logprobs)."""
 
-    temperature: float
+    temperature: Annotated[float, pydantic.Field(ge=0, allow_inf_nan=False)]
     top_k: int
     top_p: float
     min_p: float
@@ -39,13 +39,13 @@ class LlamaSampling(TypedDict, total=False):
     logprobs: int
 
 
-@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid", strict=True))
 class LlamaProcessor(TypedDict, total=False):
     name: Required[Literal["parity", "min_tokens"]]  # parity: the paper's LCP-1; min_tokens: MinTokensLogitsProcessor
     min_tokens: int
 
 
-@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid", strict=True))
 class LlamaStopping(TypedDict, total=False):
     name: Required[Literal["last_id"]]  # stop when the last id is `token`
     token: Required[int]

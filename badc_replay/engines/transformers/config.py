@@ -14,14 +14,14 @@ SCORE_TOLERANCE = 1e-4  # float32 scores from block and step evaluation differ b
 NEG_INF_FLOOR = -1e30  # scores at or below this are "masked"
 
 
-@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid", strict=True))
 class TransformersDrafter(TypedDict, total=False):
     """Prompt lookup (`prompt_lookup_num_tokens`, `max_matching_ngram_size`) or a draft model (its
     `GenerationConfig`'s `num_assistant_tokens`, schedule and confidence threshold)."""
 
     method: Required[Literal["prompt_lookup", "draft_model"]]
-    num_tokens: int  # prompt lookup
-    max_ngram_size: int  # prompt lookup
+    num_tokens: Annotated[int, pydantic.Field(ge=1)]  # prompt lookup
+    max_ngram_size: Annotated[int, pydantic.Field(ge=1)]  # prompt lookup
     model: str  # draft model: "tiny:SEED" or a folder
     num_assistant_tokens: int
     # "heuristic" carries the draft length over from one generate() call to the next, so a draw then
@@ -30,7 +30,7 @@ class TransformersDrafter(TypedDict, total=False):
     confidence_threshold: Annotated[float, pydantic.Field(ge=0, le=1)]  # 0: no confidence criterion
 
 
-@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid", strict=True))
 class XgrammarProcessor(TypedDict):
     name: Literal["xgrammar"]
     grammar: str  # EBNF text, compiled by xgrammar

@@ -22,14 +22,14 @@ BATCH = 500  # draws per generate() call: vLLM batches them; progress is shown b
 TEMPERATURE_TOLERANCE = 1e-3  # relative; a temperature measured from float32 logits
 
 
-@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid", strict=True))
 class VllmDrafter(TypedDict, total=False):
     """`speculative_config` keywords of the ngram proposer."""
 
     method: Literal["ngram"]
-    num_speculative_tokens: int
-    prompt_lookup_max: int
-    prompt_lookup_min: int
+    num_speculative_tokens: Annotated[int, pydantic.Field(ge=1)]
+    prompt_lookup_max: Annotated[int, pydantic.Field(ge=1)]
+    prompt_lookup_min: Annotated[int, pydantic.Field(ge=1)]
 
 
 @strict
