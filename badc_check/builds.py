@@ -65,8 +65,9 @@ class Build:
         return (self.venv / READY_STAMP).exists() and self.python.exists()
 
 
-def load_builds(path: Path = BUILDS_FILE) -> dict[str, Build]:
-    with open(path, "rb") as f:
+def load_builds(path: Path | None = None) -> dict[str, Build]:
+    """The declared builds: `path`, else the file BADC_BUILDS_FILE names, else badc's builds.toml."""
+    with open(path or os.environ.get("BADC_BUILDS_FILE") or BUILDS_FILE, "rb") as f:
         table = tomllib.load(f)["builds"]
     return {
         name: Build(name=name, engine=b["engine"], version=b["version"],

@@ -54,6 +54,19 @@ build = "9.9"
 QUIET = dict(log=lambda m: None, plots=False)
 
 
+@pytest.fixture(autouse=True)
+def a_build_not_set_up(tmp_path_factory, monkeypatch):
+    """builds.toml with a toy build 9.9 declared and never set up: OTHER-ENGINE's (an undeclared build is a
+    campaign-file error, refused before the seal; a declared one not set up here leaves its config
+    INCONCLUSIVE, or pending in a partial report)."""
+    import badc_check.builds as builds
+
+    path = tmp_path_factory.mktemp("builds") / "builds.toml"
+    path.write_text(builds.BUILDS_FILE.read_text() + '\n[builds."toy-9.9"]\nengine = "toy"\nversion = "9.9"\n'
+                    'requirements = []\n')
+    monkeypatch.setenv("BADC_BUILDS_FILE", str(path))  # the runner's subprocesses read it too
+
+
 def _write(tmp_path, text, name="c.toml"):
     p = tmp_path / name
     p.write_text(text)
@@ -85,7 +98,7 @@ def test_run_writes_report_plots_and_refuses_changed_inputs(tmp_path):
     assert by_id["PAR"]["contract"]["first_violation"]["kind"] == "D1"
     assert by_id["PAR"]["draws"] == {"on": 1500, "off": 1500}
     other = by_id["OTHER-ENGINE"]
-    assert other["decision"] == "INCONCLUSIVE" and "no build 'toy-9.9' is declared" in other["reasons"][0]
+    assert other["decision"] == "INCONCLUSIVE" and "build 'toy-9.9' is not set up" in other["reasons"][0]
     assert report["m"] == 3 and report["interrupted"] is False
     saved = json.loads((out / "report.json").read_text())
     assert saved["seal"] == report["seal"] == json.loads((out / "seal.json").read_text())["seal"]
@@ -434,7 +447,7 @@ def test_builtin_keeps_the_configs_of_installed_builds_only(tmp_path):
     dropped = [part for m in said for part in m.split("): ", 1)[1].split(", ")]
     assert len(kept.configs) + len(dropped) == len(builtin.configs)
     nothing = load_campaign(_write(tmp_path, CAMPAIGN.format(other="toy").replace('build = "0.1.0"',
-                                                                              'build = "0.0.1"')))
+                                                                              'build = "9.9"')))
     with pytest.raises(CampaignError, match="no engine build is set up"):
         installed_only(nothing, log=said.append)
 
