@@ -2,8 +2,8 @@
 """Fuzz badc's readers with damaged and forged inputs, in process: traces (`badc replay`), counts files
 (`badc check`) and campaign files (`load_campaign`). Prints one table per input kind: how many cases
 exited 0/1/2/3/4, escaped as an exception (a traceback), hung (over --hang seconds) and the peak memory
-growth; and the cases that matter: an exit 0 on a trace mutation that changed what replay reads (or 1 where the unmutated trace held),
-an exit 4, an exception or a hang. Targets: none of them.
+growth; and the cases that matter: an exit 0 on a trace mutation that changed what replay reads (or 1
+where the unmutated trace held), an exit 4, an exception or a hang. Targets: none of them.
 
     .venv/bin/python tools/fuzz_inputs.py                  # 2,000 trace, 300 counts, 100 campaign cases
     .venv/bin/python tools/fuzz_inputs.py --traces 200 --counts 30 --campaigns 10 --seed 1
