@@ -56,6 +56,23 @@ class LlamaCppEngine(Engine):
     def harness(self, cfg: LlamaConfig, speculative: bool) -> Harness:
         return Harness(cfg, speculative)
 
+    def check_native(self, cfg: LlamaConfig) -> list[str]:
+        """A GBNF grammar is parsed by llama.cpp itself against the model's vocabulary, as the sampler chain
+        will (llama_sampler_init_grammar: NULL when the grammar does not parse); the model is loaded once."""
+        if not cfg.grammar:
+            return []
+        import llama_cpp
+
+        from badc_replay.engines.llama_cpp.harness import load_llama
+
+        llm = load_llama(cfg)
+        sampler = llama_cpp.llama_sampler_init_grammar(llm._model.vocab, cfg.grammar.encode(), b"root")
+        if not sampler:
+            return ["key 'grammar': llama.cpp does not parse it as GBNF with a rule 'root' (its parser's message "
+                    "is on the worker's stderr)"]
+        llama_cpp.llama_sampler_free(sampler)
+        return []
+
     def trace_config(self, cfg: LlamaConfig, arm: str) -> dict[str, Any]:
         return {"id": cfg.id, "arm": arm, "processors": cfg.processors, "stopping": cfg.stopping}
 

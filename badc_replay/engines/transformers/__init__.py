@@ -38,7 +38,37 @@ from badc_replay.engines.transformers.scores import score_request
 from badc_replay.engines.transformers.simulator import HYPOTHESES, AssistedSimulator
 from badc_replay.enumeration import ExactLaw
 from badc_replay.scores import RequestScores
+from badc_trace.checkpoints import ModelSpecError, enumerable, resolve_model
 from badc_trace.outcomes import parse_outcome
+
+
+def _watermark_problems(wm: Any, version: str) -> list[str]:
+    """`generation.watermarking_config` as a table: SynthID's, built by the harness as
+    SynthIDTextWatermarkingConfig(**keys): every key one of its parameters, each value of its type."""
+    if wm is None:
+        return []
+    where = "generation.watermarking_config"
+    if not isinstance(wm, Mapping):
+        return [f"key {where!r}: a table {{ type = \"synthid\", keys = [...], ngram_len = N }}, got {wm!r}"]
+    import inspect
+
+    from transformers import SynthIDTextWatermarkingConfig
+
+    kind = wm.get("type")
+    if kind != "synthid":
+        return [f"key '{where}.type': {kind!r} is not a watermark badc builds ({nearest(str(kind), ['synthid'])})"]
+    params = {k: p for k, p in inspect.signature(SynthIDTextWatermarkingConfig.__init__).parameters.items()
+              if k != "self"}
+    found = [f"unknown key '{where}.{k}' for transformers {version}'s SynthIDTextWatermarkingConfig "
+             f"({nearest(k, list(params))})" for k in wm if k != "type" and k not in params]
+    found += [f"key '{where}.{k}' is required" for k, p in params.items()
+              if p.default is inspect.Parameter.empty and k not in wm]
+    keys, ngram = wm.get("keys"), wm.get("ngram_len")
+    if "keys" in wm and not (isinstance(keys, list) and keys and all(type(k) is int for k in keys)):
+        found.append(f"key '{where}.keys': a non-empty list of integers, got {keys!r}")
+    if "ngram_len" in wm and not (type(ngram) is int and ngram >= 1):
+        found.append(f"key '{where}.ngram_len': an integer >= 1, got {ngram!r}")
+    return found
 
 
 class TransformersEngine(Engine):
@@ -63,8 +93,16 @@ class TransformersEngine(Engine):
         valid = set(GenerationConfig().to_dict()) | set(inspect.signature(GenerationMixin.generate).parameters)
         valid |= {"tokenizer"}  # taken from **kwargs by generate() (stop strings)
         valid -= {"self", "inputs", "kwargs"}
-        return [f"unknown key 'generation.{k}' for transformers {self.version()}'s generate() "
-                f"({nearest(k, valid)})" for k in cfg.generation if k not in valid]
+        found = [f"unknown key 'generation.{k}' for transformers {self.version()}'s generate() "
+                 f"({nearest(k, valid)})" for k in cfg.generation if k not in valid]
+        found += _watermark_problems(cfg.generation.get("watermarking_config"), self.version())
+        draft = cfg.drafter.get("model")
+        if isinstance(draft, str) and not enumerable(draft):
+            try:
+                resolve_model(draft)
+            except ModelSpecError as e:
+                found.append(f"key 'drafter.model': {e}")
+        return found
 
     def harness(self, cfg: TransformersConfig, speculative: bool) -> Harness:
         return Harness(cfg, speculative)
