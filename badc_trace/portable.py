@@ -45,6 +45,11 @@ class Ref:
     path: str
     dtype: str | None = None
     generation_config: Any = None
+    # the from_pretrained keywords that chose the weights or the tokenizer's files (LOAD_KEYS), as given
+    load: tuple[tuple[str, str], ...] = ()
+
+
+LOAD_KEYS = ("gguf_file", "subfolder", "revision", "variant")
 
 
 def _compiled_grammar(grammar_json: str, tokenizer_json: str) -> Any:

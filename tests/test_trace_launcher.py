@@ -221,3 +221,46 @@ def test_transformers_program_badc_never_saw_gets_d2_and_d3_checked(tmp_path, ca
     assert main(["replay", str(calls)]) == 3
     err = capfd.readouterr().err
     assert "UNCHECKED: 40 of 40 requests not checked in full: D2 not checked" in err and "--level full" in err
+
+
+# Programs that load models the ways users do, which replay must load again the same way: a model folder
+# with no tokenizer files (the program passes token ids), and SmolLM2's GGUF through `gguf_file`.
+LOADED_PROGRAM = textwrap.dedent("""
+    import os, sys, torch
+    from transformers import AutoModelForCausalLM
+    how, case = sys.argv[1], sys.argv[2]
+    if how == "no-tokenizer":
+        if not os.path.isdir("weights-only"):
+            from badc_trace.tiny import transformers as tiny
+            tiny.build(7)[0].save_pretrained("weights-only")  # weights and config, no tokenizer files
+        model = AutoModelForCausalLM.from_pretrained("weights-only")
+        ids = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3, 0, 1]])
+    else:
+        from badc_trace.checkpoints import resolve_model
+        folder, name = os.path.split(resolve_model("smollm2"))
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        ids = torch.tensor([[504, 2644, 3391, 335, 260, 2644, 504, 2644, 3391, 335, 260]])  # repeated n-grams
+    extra = {"guidance_scale": 1.5} if case == "guidance" else {}
+    for seed in range(int(sys.argv[3])):
+        torch.manual_seed(seed)
+        model.generate(ids, do_sample=True, max_new_tokens=4, prompt_lookup_num_tokens=3, **extra)
+    print("script done")
+""")
+
+
+@pytest.mark.skipif(not TF24_BUILD.installed or "smollm2" not in TF24_BUILD.models,
+                    reason="build transformers-5.24.0 with SmolLM2 not set up")
+@pytest.mark.parametrize("how, draws", [("no-tokenizer", 10), ("gguf", 3)])
+def test_replay_loads_a_model_the_way_the_program_did(tmp_path, capfd, monkeypatch, how, draws):
+    monkeypatch.chdir(tmp_path)
+    for case, expected in (("guidance", 1), ("plain", 0)):
+        folder = tmp_path / case
+        folder.mkdir()
+        script = LOADED_PROGRAM.replace("sys.argv[1], sys.argv[2]", repr((how, case))[1:-1]).replace(
+            "int(sys.argv[3])", str(draws))
+        trace = trace_program(folder, script, TF24_BUILD.python, "--level", "full")
+        assert main(["replay", str(trace)]) == expected, (how, case, capfd.readouterr())
+        out = capfd.readouterr()
+        assert "UNCHECKED" not in out.err, out.err
+        if expected:
+            assert "D2" in out.out

@@ -31,6 +31,7 @@ adds scores.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -146,6 +147,21 @@ class TransformersInstrumentor(BaseInstrumentor):
         self._wrap(lp.LogitsProcessorList, "__call__", self._list_call)
         self._wrap(sc.StoppingCriteriaList, "__call__", self._stop_call)
         self._wrap(Cache, "crop", self._crop)
+        from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+        self._wrap(PreTrainedModel, "from_pretrained", self._from_pretrained)
+        self._wrap(PreTrainedTokenizerBase, "from_pretrained", self._from_pretrained)
+
+    @staticmethod
+    def _from_pretrained(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """Remembers, on the loaded model or tokenizer, the keywords that chose its files (a GGUF file in a
+        folder, a subfolder, a revision): replay loads it again the same way."""
+        loaded = wrapped(*args, **kwargs)
+        load = tuple((k, kwargs[k]) for k in portable.LOAD_KEYS if isinstance(kwargs.get(k), str))
+        if load:
+            with contextlib.suppress(AttributeError, TypeError):
+                loaded._badc_load = load
+        return loaded
 
     # -- generate() ------------------------------------------------------------------------------
     def _generate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -223,10 +239,11 @@ class TransformersInstrumentor(BaseInstrumentor):
                                            "loaded again")
             if os.path.isdir(path):
                 path = os.path.abspath(path)
+            load = getattr(v, "_badc_load", ())
             if isinstance(v, PreTrainedTokenizerBase):
-                return portable.Ref("tokenizer", path)
+                return portable.Ref("tokenizer", path, load=load)
             dtype = str(v.dtype).removeprefix("torch.")
-            return portable.Ref("model", path, dtype, v.generation_config if own else None)
+            return portable.Ref("model", path, dtype, v.generation_config if own else None, load=load)
         return v
 
     def _finish(self, req: _Request, outcome: str, new: list[int], extra: dict[str, Any]) -> None:

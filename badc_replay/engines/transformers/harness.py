@@ -38,6 +38,25 @@ def load_model(spec: str) -> tuple[Any, Any]:
     return AutoModelForCausalLM.from_pretrained(folder, **kw).eval(), load_tokenizer(spec)
 
 
+def load_pretrained(kind: str, path: str, load: Mapping[str, str]) -> Any:
+    """A program's model (weights only: no tokenizer) or tokenizer, loaded again from its folder the way
+    the program loaded it (`load`: the from_pretrained keywords the probe recorded, LOAD_KEYS only). A
+    trace is data: never remote code; a GGUF file is dequantized to float32, as the program's was."""
+    from badc_trace.portable import LOAD_KEYS
+
+    kw: dict[str, Any] = {k: v for k, v in load.items() if k in LOAD_KEYS and isinstance(v, str)}
+    if kind == "tokenizer":
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=False, **kw)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if "gguf_file" in kw:
+        kw["dtype"] = torch.float32
+    return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=False, **kw).eval()
+
+
 def load_tokenizer(spec: str) -> Any:
     from badc_trace.tiny import parse_model_spec
     from badc_trace.tiny import transformers as tiny

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from badc_replay.engines.transformers.harness import load_model, load_tokenizer
+from badc_replay.engines.transformers.harness import load_pretrained
 from badc_replay.engines.transformers.kernel import Kernel
 from badc_trace import portable
 
@@ -26,8 +26,8 @@ class ProgramKernels:
 
     def __init__(self) -> None:
         self._blobs: dict[str, bytes] = {}
-        self._models: dict[tuple[str, str | None, str], Any] = {}
-        self._tokenizers: dict[str, Any] = {}
+        self._models: dict[tuple[Any, ...], Any] = {}
+        self._tokenizers: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
         self._kernels: dict[tuple[str, tuple[int, ...]], Kernel] = {}
 
     def for_request(self, request: dict[str, Any]) -> Kernel:
@@ -59,10 +59,10 @@ class ProgramKernels:
     def _model(self, ref: portable.Ref) -> Any:
         import torch
 
-        slot = (ref.path, ref.dtype, portable.digest(portable.dumps(ref.generation_config)))
+        slot = (ref.path, ref.load, ref.dtype, portable.digest(portable.dumps(ref.generation_config)))
         if slot not in self._models:
-            try:
-                model, _ = load_model(ref.path)
+            try:  # the weights alone: a folder without tokenizer files (a program that passes ids) is common
+                model = load_pretrained("model", ref.path, dict(ref.load))
             except (OSError, ValueError) as e:
                 raise portable.NotPortable(f"the model {ref.path!r} could not be loaded here ({e})") from None
             if ref.dtype:
@@ -77,9 +77,10 @@ class ProgramKernels:
             return v
         if v.kind == "model":
             return self._model(v)
-        if v.path not in self._tokenizers:
+        slot = (v.path, v.load)
+        if slot not in self._tokenizers:  # only where the program passed one (stop strings need it)
             try:
-                self._tokenizers[v.path] = load_tokenizer(v.path)
+                self._tokenizers[slot] = load_pretrained("tokenizer", v.path, dict(v.load))
             except (OSError, ValueError) as e:
                 raise portable.NotPortable(f"the tokenizer {v.path!r} could not be loaded here ({e})") from None
-        return self._tokenizers[v.path]
+        return self._tokenizers[slot]
