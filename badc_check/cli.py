@@ -150,6 +150,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             print(f"  drafter state carried over: {res.carried_over} requests did not start from the first "
                   f"request's drafter settings (a draw may depend on the draws before it); first: "
                   f"{res.first_carry_over.message()}")
+    for note in res.notes:
+        print(f"badc replay: NOTE: {note}", file=sys.stderr)
     for path in res.unclosed:
         print(f"badc replay: {path}: its process was killed before it closed the trace; it wrote every record "
               "through, so none is lost", file=sys.stderr)

@@ -111,6 +111,7 @@ class ContractResult:
     decode: Decoder | None = field(default=None, repr=False, compare=False)  # ids -> text, when known
     exposure: Counter[str] = field(default_factory=Counter)  # per parameter: requests where it acted on a draft
     schema: SchemaCheck = field(default_factory=SchemaCheck)  # records of types this reader does not know
+    notes: list[str] = field(default_factory=list)  # what the traces' format version can prove, where less
 
     @property
     def first_violation(self) -> Violation | None:
@@ -312,6 +313,10 @@ def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> Contract
     except UnknownEngineError as e:
         raise ValueError(f"{paths[0]}: no contract replay: {e}") from None
     requests = requests_of(readers, result := ContractResult(name), engine.call_types)
+    result.notes = [f"{p}: trace format {'.'.join(map(str, r.header['version']))} has no sync records: its records "
+                    "were checked against the end record's count only (in it, records reordered, or changed with "
+                    "their chunk's checksums recomputed, are not detectable)"
+                    for p, r in zip(paths, readers, strict=True) if r.header["version"] < [1, 1]]
     config = header.get("config", {})
     # Parts of a contract that need the engine itself (a kernel that replays fresh processors) come
     # with a context the engine builds when it can run here, or a reason why they cannot be checked.
