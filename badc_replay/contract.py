@@ -251,18 +251,23 @@ def open_traces(paths: list[str], *, allow_torn_tail: bool = True) -> list[Trace
     return readers
 
 
+def _engine_of(reader: TraceReader) -> Any:
+    """The registered engine the trace's header names; a ValueError naming the trace when none is."""
+    from badc_replay.registry import UnknownEngineError, get_engine  # the registry imports this module
+
+    try:
+        return get_engine(reader.header["engine"])
+    except UnknownEngineError as e:
+        raise ValueError(f"{reader.path}: no contract replay: {e}") from None
+
+
 def requests_of(readers: list[TraceReader], result: ContractResult | None = None,
                 call_types: tuple[str, ...] = CALL_TYPES) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(request id, its records) of one trace (streamed) or of one run's traces (joined by id), every record
     checked against its engine's record schema first (badc_replay/schema.py): a record that does not fit is
     a TraceFormatError."""
-    from badc_replay.registry import UnknownEngineError, get_engine  # the registry imports this module
-
-    name = readers[0].header["engine"]
-    try:
-        engine = get_engine(name)
-    except UnknownEngineError as e:
-        raise ValueError(f"{readers[0].path}: no contract replay: {e}") from None
+    engine = _engine_of(readers[0])
+    name = engine.name
     if engine.record_schema is None:
         raise ValueError(f"{readers[0].path}: engine {name!r} declares no record schema (Engine.record_schema), "
                          "so no record of its traces can be checked before a contract check reads it")
@@ -303,15 +308,10 @@ def replay_trace(path: str, *, allow_torn_tail: bool = True) -> ContractResult:
 
 def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> ContractResult:
     """Check every request of one run's traces (one trace streams; several are joined by request id)."""
-    from badc_replay.registry import UnknownEngineError, get_engine  # the registry imports this module
-
     readers = open_traces(paths, allow_torn_tail=allow_torn_tail)
     header = readers[0].header
-    name = header["engine"]
-    try:
-        engine = get_engine(name)
-    except UnknownEngineError as e:
-        raise ValueError(f"{paths[0]}: no contract replay: {e}") from None
+    engine = _engine_of(readers[0])
+    name = engine.name
     requests = requests_of(readers, result := ContractResult(name), engine.call_types)
     result.notes = [f"{p}: trace format {'.'.join(map(str, r.header['version']))} has no sync records: its records "
                     "were checked against the end record's count only (in it, records reordered, or changed with "
