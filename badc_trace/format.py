@@ -307,14 +307,11 @@ class TraceReader:
 
     def _iter_chunks(self) -> Iterator[tuple[int, list[Any]]]:
         """Each chunk's records, its framing checked: one header, first; sync and end records only last in
-        their chunk, each holding the count and CRC-32 of every record before it; nothing after the end."""
+        their chunk, each holding the count and CRC-32 of every record before it (what follows the end record
+        is refused by the iteration that reaches it, `_check_nothing_after`)."""
         seen = 0  # records before this chunk
         crc = 0
-        ended = False
         for offset, raw, n_records, body_at in self._raw_chunks():
-            if ended:
-                raise self._fail(offset, "a chunk after the end record (appended data: the writer closed the "
-                                         "trace before it)")
             records = self._unpack(raw, n_records, body_at)
             framing = [i for i, t in enumerate(map(dict.get, records, repeat("type"))) if t in FRAMING]
             for i in framing:
@@ -345,7 +342,6 @@ class TraceReader:
                                                   "changed")
                     if self._synced and "crc" not in records[i]:
                         raise self._fail(body_at, f"the {kind!r} record has no 'crc' (format 1.1 needs one)")
-                    ended = kind == "end"
             if self._synced and records[-1]["type"] not in ("sync", "end"):
                 raise self._fail(body_at, "chunk does not end with its sync record (format 1.1 ends every chunk "
                                           "with one)")

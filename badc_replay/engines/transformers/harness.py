@@ -9,19 +9,17 @@ from badc_replay.engines.transformers.config import TransformersConfig
 from badc_trace.outcomes import format_outcome
 
 
-def _pretrained(spec: str) -> tuple[str, dict[str, Any]]:
-    """from_pretrained's folder and keywords for a non-tiny model: a named checkpoint or a path (a folder,
-    or a GGUF file, loaded dequantized to float32; transformers needs the gguf package for it)."""
+def _pretrained(spec: str) -> tuple[str, dict[str, str]]:
+    """from_pretrained's folder and file keywords for a non-tiny model: a named checkpoint or a path (a
+    folder, or a GGUF file: `gguf_file`; transformers needs the gguf package for it)."""
     import os
 
     from badc_trace.checkpoints import resolve_model
 
     path = resolve_model(spec)
     if path.endswith(".gguf"):
-        import torch
-
         folder, name = os.path.split(path)
-        return folder, {"gguf_file": name, "dtype": torch.float32}
+        return folder, {"gguf_file": name}
     return path, {}
 
 
@@ -32,16 +30,13 @@ def load_model(spec: str) -> tuple[Any, Any]:
     seed = parse_model_spec("transformers", spec)
     if seed is not None:
         return tiny.build(seed)
-    from transformers import AutoModelForCausalLM
-
-    folder, kw = _pretrained(spec)
-    return AutoModelForCausalLM.from_pretrained(folder, **kw).eval(), load_tokenizer(spec)
+    return load_pretrained("model", *_pretrained(spec)), load_tokenizer(spec)
 
 
 def load_pretrained(kind: str, path: str, load: Mapping[str, str]) -> Any:
-    """A program's model (weights only: no tokenizer) or tokenizer, loaded again from its folder the way
-    the program loaded it (`load`: the from_pretrained keywords the probe recorded, LOAD_KEYS only). A
-    trace is data: never remote code; a GGUF file is dequantized to float32, as the program's was."""
+    """A model (weights only: no tokenizer) or tokenizer from its folder, loaded the way the program or the
+    campaign loaded it (`load`: from_pretrained's file keywords, LOAD_KEYS only). A trace is data: never
+    remote code; a GGUF file is dequantized to float32."""
     from badc_trace.portable import LOAD_KEYS
 
     kw: dict[str, Any] = {k: v for k, v in load.items() if k in LOAD_KEYS and isinstance(v, str)}
@@ -63,10 +58,7 @@ def load_tokenizer(spec: str) -> Any:
 
     if parse_model_spec("transformers", spec) is not None:
         return tiny.build_tokenizer()
-    from transformers import AutoTokenizer
-
-    folder, kw = _pretrained(spec)
-    return AutoTokenizer.from_pretrained(folder, **{k: v for k, v in kw.items() if k == "gguf_file"})
+    return load_pretrained("tokenizer", *_pretrained(spec))
 
 
 def prompt_ids(cfg: TransformersConfig, tok: Any) -> list[int]:
