@@ -46,13 +46,32 @@ def _exit_with(command: str, configs: Iterable[Mapping[str, Any]], pending: Iter
     return result.exit_code
 
 
+def _write_plan(report: dict[str, Any], out: str) -> int:
+    """`badc run --plan`: each config's planned draws per arm from its exact laws, to OUT/plan.json."""
+    plan = {c["id"]: {"status": c["exact"]["status"], "tv": c["exact"]["tv"], "draws": c["exact"]["plan"]}
+            for c in report["configs"]}
+    path = f"{out}/plan.json"
+    with open(path, "w") as fh:
+        json.dump(plan, fh, indent=1)
+    for cid, p in plan.items():
+        what = (f"{p['draws']:,} draws per arm" if isinstance(p["draws"], int) else p["draws"] or
+                ("none: mu and P are equal within tol, no number of draws detects it"
+                 if p["status"] == "EQUAL_WITHIN_TOL" else f"none ({p['status']})"))
+        print(f"{cid}: {what}")
+    print(f"badc run --plan: written to {path} (90% power of the sampled decision at this campaign's m and alpha)",
+          file=sys.stderr)
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from badc_check.campaign import BUILTIN, CampaignError, installed_only, load_campaign, run_campaign
 
     out = args.out
     try:
+        exact = "only" if (args.exact_only or args.plan) else "on" if args.exact else None
         campaign = load_campaign(args.campaign or BUILTIN, draws=args.draws, confirm_draws=args.confirm,
-                                 anytime=args.anytime or None, confirm_anytime=args.confirm_anytime or None)
+                                 anytime=args.anytime or None, confirm_anytime=args.confirm_anytime or None,
+                                 exact=exact)
         if not args.campaign:
             campaign = installed_only(campaign)
         out = out or f"badc-out/{campaign.name}"
@@ -68,6 +87,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 130
     name = "report-partial" if "pending" in report else "report"
+    if args.plan:
+        return _write_plan(report, out)
     print(open(f"{out}/{name}.md").read())
     print(f"badc run: report in {out}/{name}.json and {out}/{name}.md ({report['elapsed_s']} s)", file=sys.stderr)
     return _exit_with("badc run", report["configs"], report.get("pending", ()))
@@ -283,6 +304,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--confirm-anytime", action="store_true",
                    help="stage S3: stop the unrepaired confirmation arm at the first planned look whose prefixes "
                         "show recurrence (the off and repaired arms are still drawn whole; sealed)")
+    r.add_argument("--exact", action="store_true",
+                   help="add the exact channel to every config (computed first, seconds each): mu of the live "
+                        "speculation-on engine with only its random draws scripted, against P, reported beside "
+                        "the sampled decision and never folded into it")
+    r.add_argument("--exact-only", action="store_true",
+                   help="compute only the exact channel, no draws ([campaign] exact = \"only\"): exit 1 when a "
+                        "config DIFFERS, 3 when one is UNEXERCISED, NOT_ENUMERABLE or UNSUPPORTED, 0 only when "
+                        "every config is EQUAL_WITHIN_TOL")
+    r.add_argument("--plan", action="store_true",
+                   help="write each config's planned draws per arm (90%% power of the sampled decision at the "
+                        "campaign's m and alpha) from its exact laws to OUT/plan.json; no draws")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     r.add_argument("--partial", action="store_true",
                    help="run nothing: report the configs whose jobs in --out are all done (report-partial.md); "

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from badc_check.decide import FAILS, INCONCLUSIVE, VOID
+from badc_replay.exact import DIFFERS, EQUAL_WITHIN_TOL
 
 REJECTED_EXIT, UNCHECKED_EXIT = 1, 3
 
@@ -55,6 +56,23 @@ def _contract_parts(cid: str, contract: Mapping[str, Any] | None, required: bool
     return rejected, unchecked
 
 
+def _exact_parts(cid: str, e: Mapping[str, Any] | None) -> tuple[list[str], list[str]]:
+    """The exact channel's findings: DIFFERS and a sampled on-arm that departs from mu are rejections; a
+    config whose channel is UNEXERCISED, NOT_ENUMERABLE or UNSUPPORTED was not checked by it."""
+    if e is None:
+        return [], []
+    rejected, unchecked = [], []
+    if e["status"] == DIFFERS:
+        rejected.append(f"{cid}: exact channel DIFFERS (TV(mu, P) = {e['tv']:.6g} > tol {e['tol']:g})")
+    elif e["status"] != EQUAL_WITHIN_TOL:
+        unchecked.append(f"{cid}: exact channel {e['status']} ({e['reason']})")
+    s = e.get("sampled_against_mu")
+    if s and s["rejected"]:
+        rejected.append(f"{cid}: the sampled on-arm departs from the engine's own scripted law mu (worst event "
+                        f"{s['worst_event']}): its randomness or sampling kernel, premises (R1)/(iii)")
+    return rejected, unchecked
+
+
 def outcome(configs: Iterable[Mapping[str, Any]], pending: Iterable[Mapping[str, Any]] = (), *,
             contract_required: bool = True) -> Outcome:
     """The outcome of decided configs (report.json's `configs`, or `ConfigDecision.to_dict()`s) and of
@@ -65,6 +83,11 @@ def outcome(configs: Iterable[Mapping[str, Any]], pending: Iterable[Mapping[str,
     unchecked: list[str] = []
     for c in configs:
         cid = c["id"]
+        r, u = _exact_parts(cid, c.get("exact"))
+        rejected += r
+        unchecked += u
+        if c["decision"] is None:  # --exact-only: no draws, so the exact channel is all there is
+            continue
         why = next(iter(c.get("reasons") or []), "")  # the first reason; the report has them all
         if c["decision"] == FAILS:
             rejected.append(f"{cid}: FAILS" + (f" ({why})" if why else ""))

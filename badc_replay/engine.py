@@ -35,6 +35,7 @@ from badc_replay.arms import ArmResult, ArmSpec, collect_arm
 from badc_replay.contract import CALL_TYPES, Violation
 from badc_replay.diff import LogicalCall, processor_calls
 from badc_replay.enumeration import ExactLaw
+from badc_replay.exact import UNSUPPORTED, ExactUnavailable, SpeculativeLaw
 from badc_replay.schema import Record
 from badc_replay.scores import RequestScores, ScoresUnavailable
 from badc_replay.text import Decoder, pieces_decoder
@@ -264,6 +265,18 @@ class Engine(ABC):
     @abstractmethod
     def reference_law(self, cfg: Any) -> ExactLaw:
         """P: the exact law of returned outputs of sequential decoding (the kernel adapter, A1-A4)."""
+
+    def speculative_law(self, cfg: Any, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
+        """The exact channel: mu, the law of returned outcomes of the live speculation-on engine (with the
+        frozen repairs `patches` applied, in order, as an arm gets them), enumerated with only the engine's
+        random draws scripted. `soundness`: leaves to re-run with other fillers where rows are pruned.
+        Raises ExactUnavailable (NOT_ENUMERABLE or UNSUPPORTED, with the reason) where it cannot be done
+        soundly; an engine without the capability is UNSUPPORTED."""
+        raise ExactUnavailable(UNSUPPORTED, f"engine {self.name} has no exact channel (Engine.speculative_law)")
+
+    def outcome_texts(self, cfg: Any, outcomes: Sequence[str]) -> dict[str, str]:
+        """Live: each outcome's returned text, decoded by the engine's tokenizer, for reports (default: none)."""
+        return {}
 
     def hypothesis_law(self, cfg: Any, hypothesis: str) -> ExactLaw:
         raise ValueError(f"config {cfg.id}: unknown {self.name} hypothesis {hypothesis!r} "

@@ -9,7 +9,7 @@ sum of the script probabilities that reach each outcome.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,14 +25,18 @@ class Branch(Exception):
 class ExactLaw:
     law: dict[str, float]
     paths: int  # program runs enumerated
+    # with keep_leaves: each complete run's script and outcome (for re-running leaves: the soundness pass)
+    leaves: list[tuple[tuple[int, ...], str]] = field(default_factory=list, repr=False)
 
 
 Choose = Callable[[np.ndarray], int]
 
 
-def enumerate_law(run: Callable[[Choose], str], max_paths: int = 200_000, what: str = "") -> ExactLaw:
+def enumerate_law(run: Callable[[Choose], str], max_paths: int = 200_000, what: str = "",
+                  keep_leaves: bool = False) -> ExactLaw:
     """Depth-first enumeration of `run(choose) -> outcome`; `choose` must be given a law summing to one."""
     law: dict[str, float] = {}
+    leaves: list[tuple[tuple[int, ...], str]] = []
     stack: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
     paths = 0
     while stack:
@@ -55,4 +59,24 @@ def enumerate_law(run: Callable[[Choose], str], max_paths: int = 200_000, what: 
                 stack.append((script + (int(y),), prob * float(b.law[y])))
             continue
         law[outcome] = law.get(outcome, 0.0) + prob
-    return ExactLaw(law, paths)
+        if keep_leaves:
+            leaves.append((script, outcome))
+    return ExactLaw(law, paths, leaves)
+
+
+def run_script(run: Callable[[Choose], str], script: tuple[int, ...]) -> str | None:
+    """The outcome of one run following `script` exactly; None when the run asks for a draw past its end
+    (a run that took another course than the one the script was enumerated on)."""
+    pos = [0]
+
+    def choose(probs: np.ndarray) -> int:
+        if pos[0] >= len(script):
+            raise Branch(probs)
+        pos[0] += 1
+        return script[pos[0] - 1]
+
+    try:
+        outcome = run(choose)
+    except Branch:
+        return None
+    return outcome if pos[0] == len(script) else None

@@ -76,14 +76,46 @@ class ShardResult:
     code: str | None = None
 
 
-def to_json(result: LawsResult | ShardResult) -> dict[str, Any]:
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+class SoundnessResult(TypedDict):
+    leaves: int
+    mismatches: int
+    rule: str
+
+
+@strict
+class ExactResult:
+    """`exact/ID.json`: the exact channel's laws of one config, enumerated through the live engine: P (the
+    speculation-off engine), mu (speculation on), mu of the repaired arm and each registered hypothesis's
+    law. `status` is set (NOT_ENUMERABLE, UNSUPPORTED) with its `reason` where mu could not be enumerated
+    soundly; the repaired arm's own status likewise. badc_check/exact.py compares them."""
+
+    id: str
+    build: str
+    status: str | None
+    reason: str | None
+    reference: dict[str, float] | None
+    on: dict[str, float] | None
+    paths: int  # engine runs enumerated for mu
+    proposed: int  # draft tokens proposed over mu's runs
+    soundness: SoundnessResult | None
+    mirrored: str | None
+    repaired: dict[str, float] | None
+    repaired_status: str | None
+    hypotheses: dict[str, dict[str, float]]
+    texts: dict[str, str]  # outcome -> its text, for the report's events
+    seconds: dict[str, float]  # what each part took: reference, on, repaired, hypotheses
+    code: str | None = None
+
+
+def to_json(result: LawsResult | ShardResult | ExactResult) -> dict[str, Any]:
     d = asdict(result)
     if isinstance(result, LawsResult):  # optional parts are left out, as before, when there is no hypothesis
         d = {k: v for k, v in d.items() if v is not None or k == "reference"}
     return d
 
 
-def read_result(path: Path, kind: type[LawsResult] | type[ShardResult]) -> dict[str, Any]:
+def read_result(path: Path, kind: type[LawsResult] | type[ShardResult] | type[ExactResult]) -> dict[str, Any]:
     """The result file at `path`, validated against `kind`, as the dict the runner merges."""
     try:
         raw = json.loads(path.read_text())

@@ -5,6 +5,10 @@
         -> DIR/laws/ID.json; for a model that cannot be enumerated (a checkpoint, a path), the sealed
         pilot instead: N speculation-off draws on their own seeds (arm `off-pilot`), from whose outcomes
         the campaign freezes the event family before any decision draw
+    python -m badc_replay.worker CONFIG.json [CONFIG.json ...] --exact --out DIR [--soundness N]
+        the exact channel of each configuration in turn: P, mu (the live speculation-on engine with only
+        its random draws scripted), the repaired arm's mu and each registered hypothesis's law
+        -> DIR/exact/ID.json (badc_check/exact.py compares them)
     python -m badc_replay.worker CONFIGS.json --validate
         engine-native keywords of a list of configs, judged by the installed engine (before a campaign
         is sealed) -> stdout: JSON {config id: [problem, ...]}
@@ -37,9 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from badc_replay.engine import ConfigError, Engine
+from badc_replay.exact import NOT_ENUMERABLE, ExactUnavailable
 from badc_replay.provenance import code_digest
 from badc_replay.registry import UnknownEngineError, get_engine
-from badc_replay.results import Hypothesis, LawsResult, Pilot, ShardResult, to_json
+from badc_replay.results import ExactResult, Hypothesis, LawsResult, Pilot, ShardResult, to_json
 from badc_trace.instrument import LEVELS
 
 ARMS = ("off", "on", "repaired", "off-confirm", "on-confirm")
@@ -116,6 +121,50 @@ def laws(config: dict[str, Any], out: Path, *, seed: int = 0, pilot: int = 0, pr
     return to_json(res)
 
 
+def exact(config: dict[str, Any], out: Path, *, soundness: int = 0) -> dict[str, Any]:
+    """The exact channel's laws of one config (ExactResult), written to DIR/exact/ID.json."""
+    engine = engine_of(config)
+    cfg = engine.parse_config(config)
+    seconds: dict[str, float] = {}
+
+    def timed(part: str, f: Callable[[], Any]) -> Any:
+        t = time.monotonic()
+        try:
+            return f()
+        finally:
+            seconds[part] = round(time.monotonic() - t, 3)
+
+    applied = list(config.get("applied", ()))
+    res: dict[str, Any] = {"id": cfg.id, "build": engine.version(), "status": None, "reason": None,
+                           "reference": None, "on": None, "paths": 0, "proposed": 0, "soundness": None,
+                           "mirrored": None, "repaired": None, "repaired_status": None, "hypotheses": {},
+                           "texts": {}, "seconds": seconds, "code": code_digest()}
+    try:
+        if not engine.enumerable(cfg):
+            raise ExactUnavailable(NOT_ENUMERABLE, f"model {cfg.model!r} is not an embedded tiny model: its laws "
+                                                   "have too many paths to enumerate")
+        res["reference"] = timed("reference", lambda: engine.reference_law(cfg)).law
+        mu = timed("on", lambda: engine.speculative_law(cfg, applied, soundness))
+        res.update(on=mu.law, paths=mu.paths, proposed=mu.proposed, mirrored=mu.mirrored,
+                   soundness={"leaves": mu.soundness.leaves, "mismatches": mu.soundness.mismatches,
+                              "rule": mu.soundness.rule})
+    except ExactUnavailable as e:
+        res.update(status=e.status, reason=e.reason)
+    if res["on"] is not None:
+        if config.get("repair"):
+            try:
+                res["repaired"] = timed("repaired", lambda: engine.speculative_law(
+                    cfg, [*applied, config["repair"]], soundness)).law
+            except ExactUnavailable as e:
+                res["repaired_status"] = f"{e.status}: {e.reason}"
+        for hid in engine.hypotheses:  # every registered hypothesis: an exact mechanism test each
+            res["hypotheses"][hid] = timed(f"hypothesis {hid}", lambda hid=hid: engine.hypothesis_law(cfg, hid)).law
+        res["texts"] = engine.outcome_texts(cfg, sorted(set(res["on"]) | set(res["reference"])))
+    result = to_json(ExactResult(**res))
+    write_json(out / "exact" / f"{cfg.id}.json", result)
+    return result
+
+
 def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, out: Path, *,
           level: str | None = None, repair: str | None = None, progress: Any = None, seal: str = "") -> dict[str, Any]:
     if arm not in ARMS:
@@ -153,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
                                              "each's laws in turn with one engine start)")
     ap.add_argument("--out", help="the campaign folder (not with --validate)")
     ap.add_argument("--laws", action="store_true", help="compute the exact laws")
+    ap.add_argument("--exact", action="store_true", help="compute the exact channel's laws")
+    ap.add_argument("--soundness", type=int, default=0, metavar="N",
+                    help="with --exact: leaves re-run with other fillers where the enumeration prunes rows")
     ap.add_argument("--validate", action="store_true", help="check engine-native keywords of a list of configs")
     ap.add_argument("--arm", choices=ARMS)
     ap.add_argument("--start", type=int, default=0)
@@ -167,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stop", default=None, metavar="FILE",
                     help="with --chain: run no further shard once FILE exists (the config is decided)")
     args = ap.parse_args(argv)
-    if len(args.config) > 1 and not (args.laws and not args.count):
-        ap.error("several configs only with --laws (and no pilot --count)")
+    if len(args.config) > 1 and not (args.exact or (args.laws and not args.count)):
+        ap.error("several configs only with --laws (and no pilot --count) or --exact")
     configs = [json.loads(Path(path).read_text()) for path in args.config]
     config = configs[0]
     if not args.validate and not args.out:
@@ -186,15 +238,19 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{word} {arm} {done}/{count} {start}", file=sys.stderr, flush=True)
                 return progress
 
-            if args.laws:
+            if args.laws or args.exact:
                 failed = 0
                 for one in configs:
                     try:
-                        laws(one, out, seed=args.seed, pilot=args.count, progress=progress_of(0, args.count))
+                        if args.exact:
+                            exact(one, out, soundness=args.soundness)
+                        else:
+                            laws(one, out, seed=args.seed, pilot=args.count, progress=progress_of(0, args.count))
                     except Exception:  # the others' laws are still computed; the runner retries this one
                         if len(configs) == 1:
                             raise
-                        print(f"worker: laws of config {one.get('id')!r} failed:", file=sys.stderr)
+                        what = "exact channel" if args.exact else "laws"
+                        print(f"worker: {what} of config {one.get('id')!r} failed:", file=sys.stderr)
                         traceback.print_exc()
                         failed += 1
                 return 1 if failed else 0

@@ -15,7 +15,7 @@ import numpy as np
 
 VOCAB = 6  # tokens 0-4 and EOS
 EOS = 5
-DEFECTS = ("D1", "D2", "D3", "D4")
+DEFECTS = ("D1", "D2", "D3", "D4", "R1")  # R1: the sampler's randomness (rng_sampler), not the engine's reads
 Sample = Callable[[np.ndarray], int]
 
 
@@ -218,11 +218,20 @@ class _Request:
                            if "D2" in engine.defects and engine.speculative else None)
 
 
-def rng_sampler(seed: int) -> Sample:
-    """Inverse-CDF sampling from one seeded stream: what a user's `generate(..., seed=)` does."""
+def rng_sampler(seed: int, stale: bool = False) -> Sample:
+    """Inverse-CDF sampling from one seeded stream: what a user's `generate(..., seed=)` does. `stale` plants
+    the randomness defect R1: every uniform is used for two draws in a row, so the draws are not independent
+    (the engine's reads and distributions are untouched: only its sampling kernel departs)."""
     rng = np.random.Generator(np.random.PCG64(seed))
+    held: list[float] = []
 
     def sample(probs: np.ndarray) -> int:
-        return int(min(np.searchsorted(np.cumsum(probs), rng.random(), side="right"), len(probs) - 1))
+        if held:
+            u = held.pop()
+        else:
+            u = rng.random()
+            if stale:
+                held.append(u)
+        return int(min(np.searchsorted(np.cumsum(probs), u, side="right"), len(probs) - 1))
 
     return sample

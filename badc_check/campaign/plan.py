@@ -15,12 +15,13 @@ from badc_replay.registry import get_engine
 @dataclass
 class Job:
     config: dict[str, Any]
-    kind: str  # laws (or the pilot, for a model without an exact law) | shard
+    kind: str  # laws (or the pilot, for a model without an exact law) | exact | shard
     arm: str = ""
     start: int = 0
     count: int = 0
     level: str = "calls"
     repair: str | None = None
+    soundness: int = 0  # exact: leaves of each enumeration re-run with other fillers
 
     @property
     def cid(self) -> str:
@@ -28,15 +29,17 @@ class Job:
 
     @property
     def label(self) -> str:
-        return "laws" if self.kind == "laws" else f"shard {self.arm} {self.start}"
+        return self.kind if self.kind in ("laws", "exact") else f"shard {self.arm} {self.start}"
 
     def output(self, out: Path) -> Path:
-        if self.kind == "laws":
-            return out / "laws" / f"{self.cid}.json"
+        if self.kind in ("laws", "exact"):
+            return out / self.kind / f"{self.cid}.json"
         return out / "shards" / self.cid / f"{self.arm}-{self.start}.json"
 
     def command(self, python: str, cfg_path: Path, out: Path, seed: int, seal: str = "") -> list[str]:
         cmd = [python, "-m", "badc_replay.worker", str(cfg_path), "--out", str(out), "--seal", seal]
+        if self.kind == "exact":
+            return [*cmd, "--exact", "--soundness", str(self.soundness)]
         if self.kind == "laws":  # with a count: the sealed pilot of a model without an exact law
             pilot = ["--seed", str(seed), "--count", str(self.count)] if self.count else []
             return [*cmd, "--laws", *pilot]
@@ -79,13 +82,13 @@ class Chain:
 
     @property
     def label(self) -> str:
-        if self.kind == "laws":
-            return f"laws of {', '.join(j.cid for j in self.jobs)}"
+        if self.kind in ("laws", "exact"):
+            return f"{self.kind} of {', '.join(j.cid for j in self.jobs)}"
         return f"shards {self.arm} {', '.join(str(j.start) for j in self.jobs)}"
 
     def command(self, python: str, cfg_path: Path, out: Path, seed: int, seal: str = "") -> list[str]:
         cmd = self.jobs[0].command(python, cfg_path, out, seed, seal)
-        if self.kind == "laws":  # the other configs' files lie beside the first's
+        if self.kind in ("laws", "exact"):  # the other configs' files lie beside the first's
             return [*cmd[:4], *(str(cfg_path.parent / f"{j.cid}.json") for j in self.jobs[1:]), *cmd[4:]]
         at = cmd.index("--start")
         del cmd[at:at + 4]  # --start S --count N
@@ -111,6 +114,11 @@ def discovery_jobs(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
     return [Job(config, "laws", "off-pilot" if pilot else "", count=pilot),
             *_arm_jobs(campaign, config, "off", campaign.draws, level, looks=campaign.anytime),
             *_arm_jobs(campaign, config, "on", campaign.draws, level, looks=campaign.anytime)]
+
+
+def exact_job(campaign: Campaign, config: dict[str, Any]) -> Job:
+    """The exact channel's laws of a config."""
+    return Job(config, "exact", soundness=campaign.exact_soundness)
 
 
 def confirmation_jobs(campaign: Campaign, config: dict[str, Any]) -> list[Job]:

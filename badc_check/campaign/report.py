@@ -7,9 +7,42 @@ from typing import Any
 from badc_check.confirmation import WITNESS_LIMIT
 from badc_check.decide import contract_cell, contract_lines
 from badc_check.delta_b import delta_b_line
+from badc_check.exact import NOTE, exact_cell, exact_lines
+
+
+def exact_only_markdown(report: dict[str, Any]) -> str:
+    """`badc run --exact-only`: the exact channel of every config, no draws."""
+    lines = [f"# badc report: {report['campaign']} (exact channel only)", "",
+             f"Seal `{report['seal'][:16]}`; tolerance {report['exact_tol']:g}; threshold {report['threshold']}. "
+             "mu is the law of the live speculation-on engine with only its random draws scripted, enumerated "
+             f"exactly; P the speculation-off engine's. EQUAL_WITHIN_TOL is {NOTE}; it is never \"conforms\". "
+             "No draws were made: no sampled decision, no contract replay.", "",
+             "| config | engine | build | role | exact | TV(mu, P) | material | structural mass | witness mass | "
+             "paths | seconds | planned draws per arm |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def g(v: Any) -> str:
+        return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int)
+                                      and not isinstance(v, bool) else str(v))
+
+    for c in report["configs"]:
+        e = c["exact"]
+        secs = sum(e.get("seconds", {}).values())
+        lines.append(f"| {c['id']} | {c['engine']} | {c['build']} | {c['role']} | **{e['status']}** | {g(e['tv'])} | "
+                     f"{g(e['material'])} | {g(e['structural_mass'])} | {g(e['witness_mass'])} | {g(e['paths'])} | "
+                     f"{secs:.1f} | {g(e['plan'])} |")
+    for c in report["configs"]:
+        lines += ["", f"## {c['id']}: {c['exact']['status']}", ""]
+        lines += [f"- {line}" for line in exact_lines(c["exact"])]
+    if report.get("pending"):
+        lines += ["", "Pending (not computed yet): " + ", ".join(p["id"] for p in report["pending"])]
+    return "\n".join(lines) + "\n"
 
 
 def report_markdown(report: dict[str, Any]) -> str:
+    if report.get("exact_only"):
+        return exact_only_markdown(report)
+
     def f(v: Any) -> str:
         return "-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
 
@@ -64,8 +97,8 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines += ["D bounds the distance between the arms' returned-output laws from below; the contract column is "
               "the trace replay of the on arm, its own channel, never folded into D.", "",
               "| config | engine | build | role | decision | eligible | D | witnesses | proposed | "
-              "calibration | hypothesis | repair | contract |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "calibration | hypothesis | repair | contract |" + (" exact |" if "exact_tol" in report else ""),
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if "exact_tol" in report else "")]
     for c in report["configs"]:
         hyp = c.get("hypothesis")
         hyp_s = "-" if not hyp else (f"{hyp['id']}: {'compatible' if hyp['compatible'] else 'incompatible'}, null "
@@ -83,7 +116,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {c['id']} | {c['engine']} | {build} | {c['role']} | **{c['decision']}** | "
                      f"{'yes' if c['eligible'] else 'no'} | {f(c.get('D'))} | "
                      f"{wit} | {f(c['exercise']['proposed'])} | {cal} | "
-                     f"{hyp_s} | {rep_s} | {contract_cell(c.get('contract'))} |")
+                     f"{hyp_s} | {rep_s} | {contract_cell(c.get('contract'))} |"
+                     + (f" {exact_cell(c.get('exact'))} |" if "exact_tol" in report else ""))
     for c in report["configs"]:
         lines += ["", f"## {c['id']}: {c['decision']}", ""]
         if c.get("applied"):
@@ -138,6 +172,8 @@ def report_markdown(report: dict[str, Any]) -> str:
                               for obs, row in mg["bounds"].items() for cmp, b in row.items())
             lines.append(f"- marginal TV, empirical [simultaneous bounds at 1 - {mg['alpha']:.3g}, every union of "
                          f"categories, {mg['events']} events]: {cells}")
+        if c.get("exact"):  # beside the decision, never folded into it
+            lines += [f"- {line}" for line in exact_lines(c["exact"])]
         if c.get("simulator_check") is not None:
             metric = f" ({c['simulator_metric']})" if c.get("simulator_metric") else ""
             lines.append(f"- hypothesis simulator with logical reads reproduces P to {c['simulator_check']:.1e}"

@@ -28,7 +28,7 @@ from badc_check.campaign.merge import (
     decide_from_folder,
     inconclusive,
 )
-from badc_check.campaign.plan import Chain, Job, confirmation_jobs, discovery_jobs
+from badc_check.campaign.plan import Chain, Job, confirmation_jobs, discovery_jobs, exact_job
 from badc_check.campaign.progress import Progress
 from badc_check.campaign.report import report_markdown
 from badc_check.campaign.seal import check_seal, write_json
@@ -37,11 +37,15 @@ from badc_check.campaign.validate import validate_native
 from badc_check.campaign.watch import LookWatcher, RecurrenceWatcher, StopWatcher
 from badc_check.comparator import comparator_report
 from badc_check.confirmation import WITNESS_LIMIT, not_attempted
-from badc_check.decide import INCONCLUSIVE, ConfigDecision
+from badc_check.decide import INCONCLUSIVE, ConfigDecision, event_family
+from badc_check.exact import exact_report, sampled_against_mu
 from badc_check.looks import planned_looks
 from badc_check.marginals import marginal_study
 from badc_check.selection import joined, select_confirmations, without_hypothesis_events
 from badc_replay.arms import checkpoint_interval
+from badc_replay.exact import UNSUPPORTED
+from badc_replay.registry import get_engine
+from badc_replay.results import ExactResult, ResultError, read_result
 
 RETRIES = 2  # a failed job is re-run this many times before its config is given up
 
@@ -144,13 +148,9 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         wanted = {cid: js for cid, js in jobs.items() if cid in chosen}
 
         def laws() -> list[Job | Chain]:
-            """Queued first; shards follow without waiting for the last of them. The laws of configs on one
-            build and model share a worker (one engine start)."""
-            left: dict[tuple[str, str], list[Job]] = {}
-            for js in wanted.values():
-                if js[0].kind == "laws" and not js[0].count and not js[0].output(out).exists():
-                    left.setdefault((pythons[js[0].cid], str(js[0].config.get("model"))), []).append(js[0])
-            return [group[0] if len(group) == 1 else Chain(group) for group in left.values()]
+            """Queued first; shards follow without waiting for the last of them."""
+            return grouped([js[0] for js in wanted.values()
+                            if js[0].kind == "laws" and not js[0].count and not js[0].output(out).exists()])
         # a sealed pilot (a model without an exact law) is drawn before any decision draw, as documented
         run_jobs(lambda: [j for js in wanted.values() for j in js
                           if j.kind == "laws" and j.count and not j.output(out).exists()])
@@ -171,6 +171,13 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
                 return made
             run_jobs(chains, skip=watch.stops)
 
+    def grouped(jobs: list[Job]) -> list[Job | Chain]:
+        """Laws or exact-channel jobs of configs on one build and model share a worker (one engine start)."""
+        left: dict[tuple[str, str], list[Job]] = {}
+        for j in jobs:
+            left.setdefault((pythons[j.cid], str(j.config.get("model"))), []).append(j)
+        return [group[0] if len(group) == 1 else Chain(group) for group in left.values()]
+
     def run_jobs(todo: Callable[[], list[Job | Chain]],
                  skip: Callable[[Job | Chain], bool] = lambda job: False) -> None:
         """The jobs `todo()` names, then again those it still names (failed ones), RETRIES times at most."""
@@ -183,6 +190,23 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             ex.run([(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed, seal["seal"]))
                     for j in left], out, campaign.seed, seal["seal"], skip=skip)
 
+    # The exact channel first: seconds per config, and beside the draws it never changes a decision.
+    exact_jobs = {cid: exact_job(campaign, jobs[0].config) for cid, jobs in plans.items()} \
+        if campaign.exact != "off" else {}
+    if exact_jobs and not partial:
+        run_jobs(lambda: grouped([j for cid, j in exact_jobs.items() if cid in chosen and not j.output(out).exists()]))
+    exact_laws: dict[str, dict[str, Any]] = {}  # the worker's laws, for the sampled arm against mu
+    exact: dict[str, dict[str, Any] | None] = {}
+    for cid, j in exact_jobs.items():
+        why = unbuilt.get(cid) or (None if partial or cid not in chosen else
+                                   f"not computed: its worker failed {RETRIES + 1} times (see the log above)")
+        exact[cid] = _exact(j, out, campaign, why, exact_laws)
+    for cid, e in exact.items():
+        if e is not None:
+            log(f"{cid}: exact {e['status']}" + (f" (TV {e['tv']:.3g}, {e['paths']:,} paths)" if e["tv"] is not None
+                                                 else f": {e['reason']}"))
+    if campaign.exact == "only":
+        return _exact_only(campaign, out, seal, results, exact, log, start, marker, partial)
     reused = sum(1 for jobs in plans.values() for j in jobs if j.output(out).exists())
     run(plans, (lambda jobs: LookWatcher(jobs, out, campaign, campaign.m, log, on_stop=progress.settle))
         if campaign.anytime else None)
@@ -270,14 +294,19 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
         resumed += folder.resumed
         decided[cid] = (folder.laws, folder.arms)
         results[cid] = {**d.to_dict(), "applied": config.get("applied", []), **_variant(config),
+                        **_exact_beside(exact.get(cid), exact_laws.get(cid), folder, campaign, m),
                         "simulator_check": folder.laws.get("simulator_check"),
                         "simulator_metric": folder.laws.get("simulator_metric"),
                         "records_detail": {arm: folder.arms[arm].records for arm in ("on", "off")},
                         **other_tests(folder, d.decision, campaign.alpha / m)}
         log(f"{cid}: {d.decision} (D {d.D:.4f}, witnesses {d.witnesses.count}, contract "
             f"{(d.contract or {}).get('status', 'unchecked')})")
+    for cid, r in results.items():  # configs not decided (not built, refused, failed) keep their exact channel
+        if exact.get(cid) is not None and "exact" not in r:
+            r["exact"] = exact[cid]
     report = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
-              "threshold": campaign.threshold, "m": m, "confirm_m": campaign.confirm_m,
+              "threshold": campaign.threshold, "m": m, **({"exact_tol": campaign.exact_tol} if exact else {}),
+              "confirm_m": campaign.confirm_m,
               "anytime": [look.to_dict() for look in planned_looks(campaign.draws)] if campaign.anytime else None,
               "draws": campaign.draws, "confirm_draws": campaign.confirm_draws,
               "confirm_anytime": [look.to_dict() for look in planned_looks(campaign.confirm_draws)]
@@ -323,6 +352,77 @@ def _shard_provenance(jobs: list[Job], out: Path) -> dict[str, Any]:
     return {"worker_core_hours": {"elapsed": round(sum(d["elapsed_s"] for d in shards) / 3600, 3),
                                   "cpu": None if None in cpu else round(sum(cpu) / 3600, 3)},
             "code_versions": versions(shards), "laws_code_versions": versions(done("laws"))}
+
+
+def _exact(job: Job, out: Path, campaign: Campaign, missing: str | None,
+           laws: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """A config's exact channel as report.json gives it (its worker's laws kept in `laws`); None while its
+    job has not run (--partial)."""
+    path = job.output(out)
+    if not path.exists():
+        if missing is None:
+            return None
+        return exact_report(job.config, {"status": UNSUPPORTED, "reason": missing}, tol=campaign.exact_tol,
+                            threshold=campaign.threshold, alpha=campaign.alpha, m=campaign.m).to_dict()
+    try:
+        res = read_result(path, ExactResult)
+    except ResultError as e:
+        raise CampaignError(f"{e} (delete the file and run again to redo that job)") from None
+    laws[job.cid] = res
+    config = job.config
+    engine = get_engine(config["engine"])
+    cfg = engine.parse_config(config)
+    preds = {name: engine.predicate(name, cfg) for name in config.get("predicates", [])}
+    return exact_report(config, res, tol=campaign.exact_tol, threshold=campaign.threshold, alpha=campaign.alpha,
+                        m=campaign.m, predicates=preds).to_dict()
+
+
+def _exact_beside(e: dict[str, Any] | None, res: dict[str, Any] | None, folder: FolderDecision,
+                  campaign: Campaign, m: int) -> dict[str, Any]:
+    """The exact channel beside a decided config, with its sampled on-arm tested against mu itself."""
+    if e is None:
+        return {}
+    if res is not None and res.get("on") is not None:
+        laws = folder.laws
+        hyp = laws.get("hypothesis")
+        family = event_family(laws["reference"], (hyp["id"], hyp["law"]) if hyp else None,
+                              {k: frozenset(v) for k, v in laws.get("predicates", {}).items()})
+        s = sampled_against_mu(res, folder.arms["on"].outcomes, family, campaign.alpha, m)
+        if s is not None:
+            e = {**e, "sampled_against_mu": {"rejected": s.rejected, "worst_event": s.worst_event,
+                                             "zero_veto": list(s.zero_veto), "draws": s.draws}}
+    return {"exact": e}
+
+
+def _exact_only(campaign: Campaign, out: Path, seal: dict[str, Any], refused: dict[str, dict[str, Any]],
+                exact: dict[str, dict[str, Any] | None], log: Callable[[str], None], start: float, marker: Path,
+                partial: bool) -> dict[str, Any]:
+    """`--exact-only`: no draws; each config's exact channel is its row (decision None)."""
+    rows, pending = [], []
+    for c in campaign.configs:
+        e = exact.get(c["id"])
+        if c["id"] in refused:
+            e = {**exact_report(c, {"status": UNSUPPORTED, "reason": "refused by the engine with speculation on: "
+                                                                     + refused[c["id"]]["refused"]},
+                                tol=campaign.exact_tol, threshold=campaign.threshold, alpha=campaign.alpha,
+                                m=campaign.m).to_dict()}
+        if e is None:
+            pending.append({"id": c["id"], "laws": False, "failed": None, "draws": {}})
+            continue
+        rows.append({"id": c["id"], "engine": c["engine"], "build": c["build"], "role": c.get("role", "probe"),
+                     "decision": None, "exact": e})
+    report: dict[str, Any] = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
+                              "threshold": campaign.threshold, "m": campaign.m, "draws": 0, "exact_only": True,
+                              "exact_tol": campaign.exact_tol, "elapsed_s": round(time.monotonic() - start, 1),
+                              "configs": rows}
+    if pending:
+        report["pending"] = pending
+    elif not partial:
+        marker.unlink(missing_ok=True)
+    name = "report-partial" if pending else "report"
+    write_json(out / f"{name}.json", report)
+    (out / f"{name}.md").write_text(report_markdown(report))
+    return report
 
 
 def _variant(config: dict[str, Any]) -> dict[str, Any]:

@@ -30,8 +30,15 @@ def check_seal(campaign: Campaign, out: Path) -> dict[str, Any]:
         if old.get("shard", campaign.shard) != campaign.shard:
             raise CampaignError(f"{out}: its finished shards hold {old['shard']:,} draws each, the campaign file now "
                                 f"says shard = {campaign.shard:,}; set it back or use a new --out folder.")
+        exact = campaign.exact_seal()
+        if exact is not None and old.get("exact", exact) != exact:
+            raise CampaignError(f"{out} is sealed with another exact channel tolerance or soundness pass "
+                                "([campaign] exact_tol, exact_soundness); set them back or use a new --out folder.")
+        if exact is not None and "exact" not in old:  # the channel added to a sealed folder: its own seal
+            write_json(path, {**old, "exact": exact})
     else:
-        write_json(path, {**seal, "shard": campaign.shard})
+        exact = campaign.exact_seal()
+        write_json(path, {**seal, "shard": campaign.shard, **({"exact": exact} if exact else {})})
     return seal
 
 

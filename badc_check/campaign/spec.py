@@ -22,6 +22,7 @@ import pydantic
 from badc_check.builds import load_builds
 from badc_check.confirmation import least_confirm_draws
 from badc_check.events import PILOT_RULE
+from badc_check.exact import EXACT_TOL
 from badc_check.looks import planned_looks
 from badc_check.selection import confirmation_m
 from badc_replay.engine import ConfigError, nearest, strict, validation_problems
@@ -61,6 +62,11 @@ class CampaignTable:
     confirm_without_hypothesis_events: bool = False
     # stage S3's unrepaired arm stops at its first planned look that recurs (confirmation.py)
     confirm_anytime: bool = False
+    # the exact channel (badc_check/exact.py): "on" beside the sampled decisions, "only" instead of draws
+    exact: Literal["off", "on", "only"] = "off"
+    exact_tol: Annotated[float, pydantic.Field(gt=0, lt=1)] = EXACT_TOL
+    # leaves of each enumeration re-run with other fillers where rows are pruned (0: none at run time)
+    exact_soundness: Annotated[int, pydantic.Field(ge=0)] = 0
 
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,79}$"
@@ -110,6 +116,17 @@ class Campaign:
     pilot: int = PILOT  # draws of the sealed pilot of each config without an exact law (a checkpoint, a path)
     confirm_without_hypothesis_events: bool = False  # S3 confirms the without-A_H cell's selection too
     confirm_anytime: bool = False  # S3's unrepaired arm stops at its first planned look that recurs
+    exact: str = "off"  # the exact channel: off, on (beside the draws) or only (no draws)
+    exact_tol: float = EXACT_TOL
+    exact_soundness: int = 0
+
+    def exact_seal(self) -> str | None:
+        """The exact channel's own seal (its tolerance and soundness pass), kept apart from the decisions'
+        seal: the channel never changes a decision, so it may be added to a sealed folder later."""
+        if self.exact == "off":
+            return None
+        return hashlib.sha256(json.dumps({"tol": self.exact_tol, "soundness": self.exact_soundness},
+                                         sort_keys=True).encode()).hexdigest()
 
     @property
     def m(self) -> int:
@@ -308,7 +325,8 @@ def _table(path: str, doc: dict[str, Any]) -> CampaignTable:
 
 
 def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: int | None = None,
-                  anytime: bool | None = None, confirm_anytime: bool | None = None) -> Campaign:
+                  anytime: bool | None = None, confirm_anytime: bool | None = None,
+                  exact: str | None = None) -> Campaign:
     path = str(path)
     doc = _read_toml(path)
     table = _table(path, doc)
@@ -335,7 +353,8 @@ def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: 
                     configs=configs, shard=table.shard, family_m=table.m,
                     anytime=anytime if anytime is not None else table.anytime, pilot=table.pilot,
                     confirm_without_hypothesis_events=table.confirm_without_hypothesis_events,
-                    confirm_anytime=confirm_anytime)
+                    confirm_anytime=confirm_anytime, exact=exact or table.exact, exact_tol=table.exact_tol,
+                    exact_soundness=table.exact_soundness)
 
 
 def installed_only(campaign: Campaign, log: Callable[[str], None] | None = None) -> Campaign:

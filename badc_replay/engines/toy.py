@@ -14,7 +14,7 @@ log-softmax at each token's logical prefix.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
 from typing import Annotated, Any, Literal, Required
 
@@ -25,6 +25,7 @@ from typing_extensions import TypedDict
 from badc_replay.contract import Violation
 from badc_replay.engine import Engine, SimulatorCheck, strict
 from badc_replay.enumeration import ExactLaw, enumerate_law
+from badc_replay.exact import SpeculativeLaw
 from badc_replay.records import RecordTally, returns_with_records
 from badc_replay.schema import ANY, BOOL, IDS, INT, MAP, NUMBER, REQ, SCORE, STR, ListOf, Record
 from badc_trace.outcomes import format_outcome, parse_outcome
@@ -67,7 +68,7 @@ class ToyConfig:
                                                          "max_ngram_size": 2})
     processors: list[ToyProcessor] = field(default_factory=list)
     stopping: list[ToyStop] = field(default_factory=list)
-    defects: list[Literal["D1", "D2", "D3", "D4"]] = field(default_factory=list)
+    defects: list[Literal["D1", "D2", "D3", "D4", "R1"]] = field(default_factory=list)
     logprobs: bool = False  # channel R: check the returned log-probabilities
 
     def __post_init__(self) -> None:
@@ -109,7 +110,8 @@ class Harness:
         from badc_toy.engine import rng_sampler
 
         try:
-            tokens, finish, _ = self.engine.generate(self.cfg.prompt, self.cfg.max_new_tokens, rng_sampler(seed))
+            sample = rng_sampler(seed, stale="R1" in self.engine.defects)
+            tokens, finish, _ = self.engine.generate(self.cfg.prompt, self.cfg.max_new_tokens, sample)
         except Exception as e:  # raised to the caller: a crash outcome
             return format_outcome([], f"crash:{type(e).__name__}")
         return format_outcome(tokens, finish)
@@ -121,6 +123,27 @@ def _law(engine: Any, cfg: ToyConfig) -> ExactLaw:
         return format_outcome(tokens, finish)
 
     return enumerate_law(run, what=f"config {cfg.id}")
+
+
+def speculative_law(cfg: ToyConfig, patches: Sequence[str] = ()) -> SpeculativeLaw:
+    """mu of the speculation-on arm as a user runs it (its planted defects included, the repairs
+    `patches` applied): the engine's `sample` is its only draw, one per verification row it samples, so
+    nothing is pruned; drafts proposed are counted at `_verified`."""
+    from badc_replay.repairs import load_intervention
+
+    h = Harness(cfg, speculative=True)
+    for rid in patches:
+        load_intervention(rid).apply(h.repair_target)
+    proposed = [0]
+    verified = h.engine._verified
+
+    def counting(drafts: list[int], accepted: int) -> None:
+        proposed[0] += len(drafts)
+        verified(drafts, accepted)
+
+    h.engine._verified = counting
+    law = _law(h.engine, cfg)
+    return SpeculativeLaw(law.law, law.paths, proposed[0])
 
 
 def check_request(records: list[dict[str, Any]], config: Mapping[str, Any]) -> list[Violation]:
@@ -213,6 +236,9 @@ class ToyEngineAdapter(Engine):
 
     def reference_law(self, cfg: ToyConfig) -> ExactLaw:
         return _law(make_engine(cfg, speculative=False, defects=()), cfg)
+
+    def speculative_law(self, cfg: ToyConfig, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
+        return speculative_law(cfg, patches)
 
     def hypothesis_law(self, cfg: ToyConfig, hypothesis: str) -> ExactLaw:
         if hypothesis not in HYPOTHESES:

@@ -22,11 +22,12 @@ With both logical, speculation-on enumeration must reproduce P (the speculation-
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from badc_replay.contract import Violation
 from badc_replay.engine import Engine, SimulatorCheck
+from badc_replay.exact import SpeculativeLaw
 from badc_replay.engines.llama_cpp.config import LlamaConfig
 from badc_replay.engines.llama_cpp.contract import check_request
 from badc_replay.engines.llama_cpp.features import parity_violations
@@ -84,6 +85,16 @@ class LlamaCppEngine(Engine):
 
     def reference_law(self, cfg: LlamaConfig) -> ExactLaw:
         return KernelAdapter(cfg).exact_law()
+
+    def speculative_law(self, cfg: LlamaConfig, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
+        from badc_replay.engines.llama_cpp import exact
+
+        return exact.speculative_law(cfg, patches, soundness)
+
+    def outcome_texts(self, cfg: LlamaConfig, outcomes: Sequence[str]) -> dict[str, str]:
+        from badc_replay.engines.llama_cpp import exact
+
+        return exact.outcome_texts(cfg, outcomes)
 
     def hypothesis_law(self, cfg: LlamaConfig, hypothesis: str) -> ExactLaw:
         if hypothesis not in HYPOTHESES:

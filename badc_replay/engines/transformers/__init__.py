@@ -21,7 +21,7 @@ for predicates.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from badc_replay.contract import Violation
@@ -37,6 +37,7 @@ from badc_replay.engines.transformers.schema import RECORDS
 from badc_replay.engines.transformers.scores import score_request
 from badc_replay.engines.transformers.simulator import HYPOTHESES, AssistedSimulator
 from badc_replay.enumeration import ExactLaw
+from badc_replay.exact import SpeculativeLaw
 from badc_replay.scores import RequestScores
 from badc_trace.checkpoints import ModelSpecError, enumerable, resolve_model
 from badc_trace.outcomes import parse_outcome
@@ -115,6 +116,17 @@ class TransformersEngine(Engine):
 
     def reference_law(self, cfg: TransformersConfig) -> ExactLaw:
         return Kernel(cfg).exact_law()
+
+    def speculative_law(self, cfg: TransformersConfig, patches: Sequence[str] = (),
+                        soundness: int = 0) -> SpeculativeLaw:
+        from badc_replay.engines.transformers import exact
+
+        return exact.speculative_law(cfg, patches, soundness)
+
+    def outcome_texts(self, cfg: TransformersConfig, outcomes: Sequence[str]) -> dict[str, str]:
+        from badc_replay.engines.transformers import exact
+
+        return exact.outcome_texts(cfg, outcomes)
 
     def hypothesis_law(self, cfg: TransformersConfig, hypothesis: str) -> ExactLaw:
         if hypothesis not in HYPOTHESES:

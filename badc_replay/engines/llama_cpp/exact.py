@@ -1,0 +1,119 @@
+"""The exact channel for llama-cpp-python: mu of prompt-lookup decoding, enumerated through the live engine
+(live).
+
+`create_completion` runs as a user calls it: the engine evaluates each block of drafts itself, calls the
+processors from its own sampler chain (with the ids it passes them), crops its cache, checks its stopping
+criteria. Only the final draw is scripted: a custom sampler added after `dist` at the end of the engine's
+own C chain reads the candidates the chain left (after processors, penalties, grammar, truncation and
+temperature) and sets `selected` to the scripted token, so the chain's `accept` (grammar, penalties) sees
+it too. Every draw of prompt-lookup decoding is sampled one position at a time and used, so nothing is
+pruned. ctypes swallows an exception raised in that callback: the branch is recorded there and raised
+after `llama_sampler_sample` returns, with `selected` left on the most likely candidate meanwhile (a
+token the grammar allows).
+
+Not scripted: mirostat (its own state updates from the token it drew, not the scripted one) and a draft
+model other than prompt lookup: UNSUPPORTED with the reason. Greedy decoding (temperature 0) draws
+nothing: one path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from badc_replay.engines.llama_cpp.config import LlamaConfig
+from badc_replay.engines.llama_cpp.harness import Harness
+from badc_replay.enumeration import Branch, Choose, enumerate_law
+from badc_replay.exact import UNSUPPORTED, ExactUnavailable, SpeculativeLaw
+
+
+def speculative_law(cfg: LlamaConfig, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
+    params = cfg.params()
+    if cfg.drafter.get("method", "prompt_lookup") != "prompt_lookup":
+        raise ExactUnavailable(UNSUPPORTED, f"drafter {cfg.drafter.get('method')!r}: only prompt lookup is scripted")
+    if cfg.sampling.get("mirostat_mode"):
+        raise ExactUnavailable(UNSUPPORTED, "mirostat updates its own state from the token it drew, not from a "
+                                            "scripted one: its draw cannot be scripted soundly")
+    import llama_cpp
+
+    from badc_replay.repairs import load_intervention
+
+    h = Harness(cfg, speculative=True)
+    undos = [load_intervention(rid).apply(h.repair_target) for rid in patches]
+    llm = h.llm
+    n_vocab = llm.n_vocab()
+    state: dict[str, Any] = {"choose": None, "pending": None}
+    proposed = [0]
+    greedy = params["temperature"] == 0.0
+
+    def scripted(cur_p: Any) -> None:
+        arr = cur_p.contents
+        n = int(arr.size)
+        data = ctypes.cast(arr.data, ctypes.POINTER(llama_cpp.llama_token_data * n)).contents
+        ids = np.fromiter((d.id for d in data), dtype=np.int64, count=n)
+        logits = np.fromiter((d.logit for d in data), dtype=np.float64, count=n)
+        finite = np.isfinite(logits)
+        p = np.where(finite, np.exp(np.where(finite, logits - logits[finite].max(), 0.0)), 0.0)
+        p /= p.sum()  # the distribution `dist` draws from: softmax of the candidates the chain left
+        law = np.zeros(n_vocab)
+        np.add.at(law, ids, p)
+        try:
+            token = state["choose"](law)
+        except Branch as b:
+            state["pending"] = b
+            arr.selected = int(np.argmax(np.where(finite, logits, -np.inf)))
+            return
+        arr.selected = int(np.flatnonzero(ids == token)[0])
+
+    init_sampler = type(llm)._init_sampler
+
+    def _init_sampler(*a: Any, **k: Any) -> Any:
+        sampler = init_sampler(llm, *a, **k)
+        if not greedy:
+            sampler.add_custom(scripted)
+        return sampler
+
+    sample = type(llm).sample
+
+    def scripted_sample(*a: Any, **k: Any) -> int:
+        token = sample(llm, *a, **k)
+        pending, state["pending"] = state["pending"], None
+        if pending is not None:
+            raise pending
+        return token
+
+    drafter = llm.draft_model
+
+    class Counting:
+        """The engine's own drafter, its proposals counted (UNEXERCISED when none on any path)."""
+
+        def __call__(self, input_ids: Any, *a: Any, **k: Any) -> Any:
+            out = drafter(input_ids, *a, **k)
+            proposed[0] += len(out)
+            return out
+
+    llm._init_sampler, llm.sample, llm.draft_model = _init_sampler, scripted_sample, Counting()
+
+    def run(choose: Choose) -> str:
+        state["choose"], state["pending"] = choose, None
+        return h.call(seed=0)
+
+    try:
+        law = enumerate_law(run, what=f"config {cfg.id}")
+    finally:
+        for undo in reversed(undos):
+            if callable(undo):
+                undo()
+    return SpeculativeLaw(law.law, law.paths, proposed[0])
+
+
+def outcome_texts(cfg: LlamaConfig, outcomes: Sequence[str]) -> dict[str, str]:
+    from badc_replay.engines.llama_cpp.harness import load_llama
+    from badc_trace.outcomes import parse_outcome
+
+    llm = load_llama(cfg)
+    return {y: llm.detokenize(list(parse_outcome(y).tokens)).decode(errors="replace") for y in outcomes
+            if not parse_outcome(y).crash}

@@ -1,0 +1,144 @@
+"""The exact channel for transformers: mu of assisted decoding with prompt lookup, enumerated through the
+live engine (live).
+
+`generate()` runs as a user runs it, its own candidate generator, processors, cache crops and stopping
+criteria included; only `torch.multinomial` is scripted. In assisted decoding with prompt lookup one
+`torch.multinomial` call samples every verification row at once (sample-and-match), and the engine keeps
+row i + 1 only when row i drew the candidate token. So the script draws row 0, then row i + 1 only where
+row i equals the candidate (read from the candidate generator's own return) and the engine can keep it:
+inside the length budget, and not the bonus row of a block whose candidates already end the request
+(`is_done_candidate`, the stopping criteria's first call after the candidates). The rows it discards get
+a filler token; the soundness pass re-runs leaves with other fillers and counts any outcome that moves.
+
+A draft model's candidates are themselves sampled and accepted by the min(1, p/q) rule with a residual
+draw: not scripted here (UNSUPPORTED, with the reason).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from badc_replay.engines.transformers.config import TransformersConfig
+from badc_replay.engines.transformers.harness import Harness
+from badc_replay.enumeration import Branch, Choose, enumerate_law, run_script
+from badc_replay.exact import UNSUPPORTED, ExactUnavailable, Soundness, SpeculativeLaw
+from badc_trace.outcomes import format_outcome
+
+PRUNING = ("rows after the first row that missed its candidate, rows past the length budget and the bonus row of "
+           "a block whose candidates end the request get a filler token")
+
+
+class _Block:
+    """What the scripted multinomial needs of the current verification block."""
+
+    def __init__(self) -> None:
+        self.candidates: list[int] = []
+        self.cur_len = 0
+        self.done: bool | None = None  # is_done_candidate, once the stopping criteria have said it
+
+
+def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
+    if cfg.drafter.get("method") != "prompt_lookup":
+        raise ExactUnavailable(UNSUPPORTED, "a draft model's stochastic proposal: its candidates are sampled by "
+                                            "another generate() and accepted by min(1, p/q) with a residual draw; "
+                                            "only prompt lookup is scripted")
+    import torch
+
+    from badc_replay.repairs import load_intervention
+
+    h = Harness(cfg, speculative=True)
+    undos = [load_intervention(rid).apply(h.repair_target) for rid in patches]
+    model = h.model
+    block = _Block()
+    proposed = [0]
+    filler = [lambda row, probs: 0]  # the token a discarded row gets (the soundness pass varies it)
+    max_length = len(h.prompt) + cfg.max_new_tokens
+
+    def candidate_generator(*a: Any, **k: Any) -> Any:
+        gen = type(model)._get_candidate_generator(model, *a, **k)
+        get = gen.get_candidates
+
+        def get_candidates(input_ids: Any, *ga: Any, **gk: Any) -> Any:
+            out = get(input_ids, *ga, **gk)
+            block.cur_len = int(input_ids.shape[1])
+            block.candidates = [int(t) for t in out[0][0, block.cur_len:].tolist()]
+            block.done = None
+            proposed[0] += len(block.candidates)
+            return out
+
+        gen.get_candidates = get_candidates
+        return gen
+
+    def stopping_criteria(*a: Any, **k: Any) -> Any:
+        crit = type(model)._get_stopping_criteria(model, *a, **k)
+        call = crit.__call__
+
+        class Watched(type(crit)):  # type: ignore[misc]
+            def __call__(self, input_ids: Any, scores: Any, **kw: Any) -> Any:
+                out = call(input_ids, scores, **kw)
+                if block.done is None and scores is None:  # the first call after the candidates
+                    block.done = bool(out.all())
+                return out
+
+        watched = Watched(crit)
+        return watched
+
+    def run(choose: Choose) -> str:
+        def multinomial(probs: Any, num_samples: int = 1, *a: Any, **k: Any) -> Any:
+            rows = probs.reshape(-1, probs.shape[-1]).double().numpy()
+            k_cand = len(block.candidates)
+            if rows.shape[0] != k_cand + 1:  # not a verification block: an ordinary draw
+                return torch.tensor([[choose(r / r.sum())] for r in rows])
+            budget = max_length - block.cur_len
+            out: list[int] = []
+            kept = True  # row i is kept while every row before it drew its candidate
+            for i, r in enumerate(rows):
+                if i:
+                    kept = (kept and out[i - 1] == block.candidates[i - 1] and i < budget
+                            and not (i == k_cand and block.done))
+                out.append(choose(r / r.sum()) if kept else filler[0](i, r))
+            return torch.tensor(out).reshape(-1, 1)
+
+        original = torch.multinomial
+        torch.multinomial = multinomial
+        model._get_candidate_generator, model._get_stopping_criteria = candidate_generator, stopping_criteria
+        try:
+            with torch.no_grad():
+                result = model.generate(h.input_ids, **h.call_kwargs())
+        except Branch:
+            raise
+        except Exception as e:
+            return format_outcome([], f"crash:{type(e).__name__}")
+        finally:
+            torch.multinomial = original
+            del model._get_candidate_generator, model._get_stopping_criteria
+        return h.outcome(result)
+
+    try:
+        law = enumerate_law(run, what=f"config {cfg.id}", keep_leaves=soundness > 0)
+        drafted = proposed[0]  # before the soundness pass re-runs leaves
+        mismatches = 0
+        leaves = random.Random(f"{cfg.id}|soundness").sample(law.leaves, min(soundness, len(law.leaves)))
+        for script, outcome in leaves:
+            rng = np.random.default_rng([len(script), *script])
+            filler[0] = lambda i, r, rng=rng: int(rng.integers(r.shape[0]))
+            mismatches += run_script(run, script) != outcome
+        filler[0] = lambda i, r: 0
+    finally:
+        for undo in reversed(undos):
+            if callable(undo):
+                undo()
+    return SpeculativeLaw(law.law, law.paths, drafted,
+                          Soundness(len(leaves), mismatches, PRUNING) if soundness else Soundness(rule=PRUNING))
+
+
+def outcome_texts(cfg: TransformersConfig, outcomes: Sequence[str]) -> dict[str, str]:
+    from badc_replay.engines.transformers.harness import load_tokenizer
+    from badc_trace.outcomes import parse_outcome
+
+    tok = load_tokenizer(cfg.model)
+    return {y: tok.decode(list(parse_outcome(y).tokens)) for y in outcomes if not parse_outcome(y).crash}

@@ -1,0 +1,49 @@
+"""The exact channel's leaf types: the speculation-on law mu enumerated through the live engine.
+
+An engine computes mu by running its own speculative loop (drafter, processors, cache crops, stop rules)
+with only its random draws scripted (badc_replay/enumeration.py), exactly as P is enumerated from the
+speculation-off engine. Where it cannot do so soundly it raises `ExactUnavailable` with the status and
+the reason, which the report carries: nothing is silently skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The statuses a config's exact channel can have (docs/statistics.md, "Exact channel").
+DIFFERS, EQUAL_WITHIN_TOL, UNEXERCISED = "DIFFERS", "EQUAL_WITHIN_TOL", "UNEXERCISED"
+NOT_ENUMERABLE, UNSUPPORTED = "NOT_ENUMERABLE", "UNSUPPORTED"
+STATUSES = (DIFFERS, EQUAL_WITHIN_TOL, UNEXERCISED, NOT_ENUMERABLE, UNSUPPORTED)
+
+
+class ExactUnavailable(Exception):
+    """The engine cannot enumerate this config's speculation-on law soundly: `status` NOT_ENUMERABLE (too
+    many paths: a trained checkpoint) or UNSUPPORTED (a draw that cannot be scripted soundly), and why."""
+
+    def __init__(self, status: str, reason: str):
+        if status not in (NOT_ENUMERABLE, UNSUPPORTED):
+            raise ValueError(f"an unavailable exact channel is {NOT_ENUMERABLE} or {UNSUPPORTED}, not {status!r}")
+        self.status, self.reason = status, reason
+        super().__init__(f"{status}: {reason}")
+
+
+@dataclass(frozen=True)
+class Soundness:
+    """The pruning check: leaves re-run with other fillers in the rows the engine discards, and how many
+    of them reached another outcome (any is a pruning rule that is wrong: the law is not reported)."""
+
+    leaves: int = 0
+    mismatches: int = 0
+    rule: str = ""  # the pruning rule checked, in words; empty where nothing is pruned
+
+
+@dataclass(frozen=True)
+class SpeculativeLaw:
+    """mu: the exact law of returned outcomes of the speculation-on engine (or an arm of it: repaired)."""
+
+    law: dict[str, float]
+    paths: int  # engine runs enumerated
+    proposed: int  # draft tokens proposed over all enumerated runs (0: no path exercised speculation)
+    soundness: Soundness = field(default_factory=Soundness)
+    # where a draw could only be scripted through a mirror of the engine's code: which lines; None: none
+    mirrored: str | None = None
