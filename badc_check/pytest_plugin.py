@@ -10,6 +10,14 @@
         report = badc.run("tests/min_tokens.toml", draws=4000)   # fails the test on any FAILS
         assert report["configs"][0]["calibration"]["passed"]
 
+    @pytest.mark.badc_campaign("tests/spec_decoding.toml", exact_only=True)
+    def test_speculative_law_is_exact():
+        pass            # no draws: fails if any config's exact channel DIFFERS (deterministic, seconds)
+
+With `exact_only=True` (or `exact=True` beside the draws) the exact channel runs (badc_check/exact.py):
+a config whose speculation-on law mu DIFFERS from P fails the test, naming the exact TV and the events
+that moved most; UNEXERCISED, NOT_ENUMERABLE and UNSUPPORTED are said in a `BadcUncheckedWarning`.
+
 Campaigns run in this process with the engine importable here (no per-build environments needed);
 reports go to pytest's temporary folder. NOT_REJECTED passes the test: it is not a proof of conformance.
 A broken contract (trace replay found a call that saw what sequential decoding would not) fails the
@@ -45,15 +53,19 @@ class BadcFixture:
         self.reports: list[dict[str, Any]] = []
 
     def run(self, campaign: str | Path, *, draws: int | None = None, fail_on: tuple[str, ...] = (FAILS,),
-            plots: bool = False, fail_on_broken_contract: bool = True) -> dict[str, Any]:
-        """Run a campaign file here; fail the calling test when a config's decision is in `fail_on` or
-        its contract is broken; warn about what was left unchecked."""
+            plots: bool = False, fail_on_broken_contract: bool = True, exact: bool = False,
+            exact_only: bool = False) -> dict[str, Any]:
+        """Run a campaign file here; fail the calling test when a config's decision is in `fail_on`, its
+        contract is broken or its exact channel DIFFERS (`exact`: beside the draws; `exact_only`: no
+        draws); warn about what was left unchecked."""
         # Imported here: the plugin loads in every pytest session of an environment with badc installed.
         from badc_check.campaign import CampaignError, load_campaign, run_campaign
+        from badc_check.exact import exact_lines
         from badc_check.outcome import outcome
+        from badc_replay.exact import DIFFERS
 
         try:
-            camp = load_campaign(campaign, draws=draws)
+            camp = load_campaign(campaign, draws=draws, exact="only" if exact_only else "on" if exact else None)
         except CampaignError as e:
             pytest.fail(f"badc: {e}", pytrace=False)
         out = self.tmp_path / f"badc-{camp.name}-{len(self.reports)}"
@@ -70,8 +82,12 @@ class BadcFixture:
         def contract(c: dict[str, Any]) -> str:
             return (c.get("contract") or {}).get("status", "unchecked")
 
-        bad = [c for c in report["configs"]
-               if c["decision"] in fail_on or (fail_on_broken_contract and contract(c) == "broken")]
+        def differs(c: dict[str, Any]) -> bool:
+            e = c.get("exact") or {}
+            return e.get("status") == DIFFERS or bool((e.get("sampled_against_mu") or {}).get("rejected"))
+
+        bad = [c for c in report["configs"] if c["decision"] in fail_on or differs(c)
+               or (fail_on_broken_contract and contract(c) == "broken")]
         # what the test does not fail on is still said: an unchecked part, an off-arm violation (VOID)
         for line in outcome([c for c in report["configs"] if c not in bad]).lines("badc"):
             warnings.warn(BadcUncheckedWarning(line), stacklevel=2)
@@ -79,8 +95,13 @@ class BadcFixture:
             lines = [f"badc: {len(bad)} configuration(s) of {camp.name} {'/'.join(fail_on)} or with a broken "
                      f"contract (report: {out})"]
             for c in bad:
-                lines.append(f"  {c['id']} ({c['engine']} {c['build']}): {c['decision']}, contract {contract(c)}; "
-                             + "; ".join(c["reasons"]))
+                if c["decision"] is not None:
+                    lines.append(f"  {c['id']} ({c['engine']} {c['build']}): {c['decision']}, contract "
+                                 f"{contract(c)}; " + "; ".join(c["reasons"]))
+                else:
+                    lines.append(f"  {c['id']} ({c['engine']} {c['build']}):")
+                if c.get("exact"):
+                    lines += [f"    {line}" for line in exact_lines(c["exact"])]
                 first = (c.get("contract") or {}).get("first_violation")
                 if first:
                     lines.append(f"    first contract violation: {first['message']}")
@@ -94,8 +115,9 @@ def badc(tmp_path: Path) -> BadcFixture:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "badc_campaign(path, draws=None): run a badc campaign for this test and "
-                                       "fail it if any configuration FAILS")
+    config.addinivalue_line("markers", "badc_campaign(path, draws=None, exact=False, exact_only=False): run a badc "
+                                       "campaign for this test and fail it if any configuration FAILS or its exact "
+                                       "channel DIFFERS")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -126,4 +148,5 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     path = Path(marker.args[0])
     if not path.is_absolute():
         path = Path(item.config.rootpath) / path
-    item.funcargs["badc"].run(path, draws=marker.kwargs.get("draws"))
+    item.funcargs["badc"].run(path, draws=marker.kwargs.get("draws"), exact=marker.kwargs.get("exact", False),
+                              exact_only=marker.kwargs.get("exact_only", False))

@@ -78,6 +78,10 @@ def _run_inline(job: Job | Chain, out: Path, seed: int, seal: str) -> int:
         for j in _parts(job):
             worker.laws(j.config, out, seed=seed, pilot=j.count)
         return 0
+    if job.kind == "exact":
+        for j in _parts(job):
+            worker.exact(j.config, out, soundness=j.soundness)
+        return 0
     for j in _parts(job):
         if isinstance(job, Chain) and job.stop is not None and job.stop.exists():
             break

@@ -41,6 +41,13 @@ class _Block:
         self.done: bool | None = None  # is_done_candidate, once the stopping criteria have said it
 
 
+def row_kept(before_kept: bool, before: int, candidate: int, i: int, budget: int, bonus_of_done: bool) -> bool:
+    """Whether the engine keeps verification row i >= 1: every row before it was kept and drew its candidate
+    (`before` is row i - 1's token, a filler when that row was not kept), it is inside the length budget, and
+    it is not the bonus row of a block whose candidates end the request."""
+    return before_kept and before == candidate and i < budget and not bonus_of_done
+
+
 def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
     if cfg.drafter.get("method") != "prompt_lookup":
         raise ExactUnavailable(UNSUPPORTED, "a draft model's stochastic proposal: its candidates are sampled by "
@@ -95,11 +102,10 @@ def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundn
                 return torch.tensor([[choose(r / r.sum())] for r in rows])
             budget = max_length - block.cur_len
             out: list[int] = []
-            kept = True  # row i is kept while every row before it drew its candidate
+            kept = True
             for i, r in enumerate(rows):
-                if i:
-                    kept = (kept and out[i - 1] == block.candidates[i - 1] and i < budget
-                            and not (i == k_cand and block.done))
+                kept = i == 0 or row_kept(kept, out[i - 1], block.candidates[i - 1], i, budget,
+                                          i == k_cand and bool(block.done))
                 out.append(choose(r / r.sum()) if kept else filler[0](i, r))
             return torch.tensor(out).reshape(-1, 1)
 
