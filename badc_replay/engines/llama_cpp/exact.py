@@ -11,9 +11,9 @@ pruned. ctypes swallows an exception raised in that callback: the branch is reco
 after `llama_sampler_sample` returns, with `selected` left on the most likely candidate meanwhile (a
 token the grammar allows).
 
-Not scripted: mirostat (its own state updates from the token it drew, not the scripted one) and a draft
-model other than prompt lookup: UNSUPPORTED with the reason. Greedy decoding (temperature 0) draws
-nothing: one path.
+Prompt lookup is the only drafter badc's llama-cpp-python configs offer. Mirostat, whose state updates
+from the token it drew rather than a scripted one, could not be scripted this way; the configs do not
+offer it either. Greedy decoding (temperature 0) draws nothing: one path.
 """
 
 from __future__ import annotations
@@ -27,16 +27,11 @@ import numpy as np
 from badc_replay.engines.llama_cpp.config import LlamaConfig
 from badc_replay.engines.llama_cpp.harness import Harness
 from badc_replay.enumeration import Branch, Choose, enumerate_law
-from badc_replay.exact import UNSUPPORTED, ExactUnavailable, SpeculativeLaw
+from badc_replay.exact import SpeculativeLaw
 
 
 def speculative_law(cfg: LlamaConfig, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
     params = cfg.params()
-    if cfg.drafter.get("method", "prompt_lookup") != "prompt_lookup":
-        raise ExactUnavailable(UNSUPPORTED, f"drafter {cfg.drafter.get('method')!r}: only prompt lookup is scripted")
-    if cfg.sampling.get("mirostat_mode"):
-        raise ExactUnavailable(UNSUPPORTED, "mirostat updates its own state from the token it drew, not from a "
-                                            "scripted one: its draw cannot be scripted soundly")
     import llama_cpp
 
     from badc_replay.repairs import load_intervention
@@ -68,18 +63,17 @@ def speculative_law(cfg: LlamaConfig, patches: Sequence[str] = (), soundness: in
             return
         arr.selected = int(np.flatnonzero(ids == token)[0])
 
-    init_sampler = type(llm)._init_sampler
+    # bound: a frozen repair may have wrapped them on this instance already
+    init_sampler, sample = llm._init_sampler, llm.sample
 
     def _init_sampler(*a: Any, **k: Any) -> Any:
-        sampler = init_sampler(llm, *a, **k)
+        sampler = init_sampler(*a, **k)
         if not greedy:
             sampler.add_custom(scripted)
         return sampler
 
-    sample = type(llm).sample
-
     def scripted_sample(*a: Any, **k: Any) -> int:
-        token = sample(llm, *a, **k)
+        token = sample(*a, **k)
         pending, state["pending"] = state["pending"], None
         if pending is not None:
             raise pending
