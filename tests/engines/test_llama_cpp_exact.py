@@ -1,7 +1,8 @@
 """The exact channel on llama-cpp-python: mu of prompt-lookup decoding, enumerated through the live
 create_completion with only the final draw scripted inside the engine's own sampler chain. Known truths:
 badc's numpy mirror of the chain with the physical reads (the hypothesis H-D1-phys) gives the same law
-to float rounding; the frozen repair brings mu back to P; greedy decoding is one path; sampled on-arm draws of the real engine agree with mu."""
+to float rounding; the frozen repair brings mu back to P; greedy decoding is one path; sampled on-arm
+draws of the real engine agree with mu."""
 
 import numpy as np
 import pytest
