@@ -143,8 +143,9 @@ def exact(config: dict[str, Any], out: Path, *, soundness: int = 0) -> dict[str,
         if not engine.enumerable(cfg):
             raise ExactUnavailable(NOT_ENUMERABLE, f"model {cfg.model!r} is not an embedded tiny model: its laws "
                                                    "have too many paths to enumerate")
-        res["reference"] = timed("reference", lambda: engine.reference_law(cfg)).law
+        # mu first: an engine or path that cannot be scripted says so before P is computed
         mu = timed("on", lambda: engine.speculative_law(cfg, applied, soundness))
+        res["reference"] = timed("reference", lambda: engine.reference_law(cfg)).law
         res.update(on=mu.law, paths=mu.paths, proposed=mu.proposed, mirrored=mu.mirrored,
                    soundness={"leaves": mu.soundness.leaves, "mismatches": mu.soundness.mismatches,
                               "rule": mu.soundness.rule})

@@ -22,6 +22,8 @@ def exact_only_markdown(report: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def g(v: Any) -> str:
+        if isinstance(v, bool):
+            return "yes" if v else "no"
         return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int)
                                       and not isinstance(v, bool) else str(v))
 

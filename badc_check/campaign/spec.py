@@ -22,7 +22,7 @@ import pydantic
 from badc_check.builds import load_builds
 from badc_check.confirmation import least_confirm_draws
 from badc_check.events import PILOT_RULE
-from badc_check.exact import EXACT_TOL
+from badc_check.exact import EXACT_SOUNDNESS, EXACT_TOL
 from badc_check.looks import planned_looks
 from badc_check.selection import confirmation_m
 from badc_replay.engine import ConfigError, nearest, strict, validation_problems
@@ -66,7 +66,7 @@ class CampaignTable:
     exact: Literal["off", "on", "only"] = "off"
     exact_tol: Annotated[float, pydantic.Field(gt=0, lt=1)] = EXACT_TOL
     # leaves of each enumeration re-run with other fillers where rows are pruned (0: none at run time)
-    exact_soundness: Annotated[int, pydantic.Field(ge=0)] = 0
+    exact_soundness: Annotated[int, pydantic.Field(ge=0)] = EXACT_SOUNDNESS
 
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,79}$"
@@ -118,7 +118,7 @@ class Campaign:
     confirm_anytime: bool = False  # S3's unrepaired arm stops at its first planned look that recurs
     exact: str = "off"  # the exact channel: off, on (beside the draws) or only (no draws)
     exact_tol: float = EXACT_TOL
-    exact_soundness: int = 0
+    exact_soundness: int = EXACT_SOUNDNESS
 
     def exact_seal(self) -> str | None:
         """The exact channel's own seal (its tolerance and soundness pass), kept apart from the decisions'

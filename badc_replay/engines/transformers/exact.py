@@ -5,10 +5,9 @@ live engine (live).
 criteria included; only `torch.multinomial` is scripted. In assisted decoding with prompt lookup one
 `torch.multinomial` call samples every verification row at once (sample-and-match), and the engine keeps
 row i + 1 only when row i drew the candidate token. So the script draws row 0, then row i + 1 only where
-row i equals the candidate (read from the candidate generator's own return) and the engine can keep it:
-inside the length budget, and not the bonus row of a block whose candidates already end the request
-(`is_done_candidate`, the stopping criteria's first call after the candidates). The rows it discards get
-a filler token; the soundness pass re-runs leaves with other fillers and counts any outcome that moves.
+row i equals the candidate (read from the candidate generator's own return). The rows after the first
+miss get a filler token; the soundness pass re-runs leaves with other fillers and counts any outcome that
+moves.
 
 A draft model's candidates are themselves sampled and accepted by the min(1, p/q) rule with a residual
 draw: not scripted here (UNSUPPORTED, with the reason).
@@ -28,24 +27,24 @@ from badc_replay.enumeration import Branch, Choose, enumerate_law, run_script
 from badc_replay.exact import UNSUPPORTED, ExactUnavailable, Soundness, SpeculativeLaw
 from badc_trace.outcomes import format_outcome
 
-PRUNING = ("rows after the first row that missed its candidate, rows past the length budget and the bonus row of "
-           "a block whose candidates end the request get a filler token")
+PRUNING = "rows after the first row that missed its candidate get a filler token"
 
 
 class _Block:
-    """What the scripted multinomial needs of the current verification block."""
+    """What the scripted multinomial needs of the current verification block: its candidate tokens."""
 
     def __init__(self) -> None:
         self.candidates: list[int] = []
-        self.cur_len = 0
-        self.done: bool | None = None  # is_done_candidate, once the stopping criteria have said it
 
 
-def row_kept(before_kept: bool, before: int, candidate: int, i: int, budget: int, bonus_of_done: bool) -> bool:
-    """Whether the engine keeps verification row i >= 1: every row before it was kept and drew its candidate
-    (`before` is row i - 1's token, a filler when that row was not kept), it is inside the length budget, and
-    it is not the bonus row of a block whose candidates end the request."""
-    return before_kept and before == candidate and i < budget and not bonus_of_done
+def row_kept(before_kept: bool, before: int, candidate: int) -> bool:
+    """Whether the engine can keep verification row i >= 1: every row before it was kept and drew its
+    candidate (`before` is row i - 1's token, a filler when that row was not kept). That is sample-and-match
+    itself, in every release. Rows past the length budget and the bonus row of a block whose candidates end
+    the request are drawn too, not pruned: 5.17 discards them, but 5.12 keeps rows past the budget (it
+    returns more than max_new_tokens), and the soundness pass found leaves of a rule that pruned them
+    reaching other outcomes on 5.12."""
+    return before_kept and before == candidate
 
 
 def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
@@ -63,7 +62,6 @@ def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundn
     block = _Block()
     proposed = [0]
     filler = [lambda row, probs: 0]  # the token a discarded row gets (the soundness pass varies it)
-    max_length = len(h.prompt) + cfg.max_new_tokens
 
     def candidate_generator(*a: Any, **k: Any) -> Any:
         gen = type(model)._get_candidate_generator(model, *a, **k)
@@ -71,28 +69,12 @@ def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundn
 
         def get_candidates(input_ids: Any, *ga: Any, **gk: Any) -> Any:
             out = get(input_ids, *ga, **gk)
-            block.cur_len = int(input_ids.shape[1])
-            block.candidates = [int(t) for t in out[0][0, block.cur_len:].tolist()]
-            block.done = None
+            block.candidates = [int(t) for t in out[0][0, int(input_ids.shape[1]):].tolist()]
             proposed[0] += len(block.candidates)
             return out
 
         gen.get_candidates = get_candidates
         return gen
-
-    def stopping_criteria(*a: Any, **k: Any) -> Any:
-        crit = type(model)._get_stopping_criteria(model, *a, **k)
-        call = crit.__call__
-
-        class Watched(type(crit)):  # type: ignore[misc]
-            def __call__(self, input_ids: Any, scores: Any, **kw: Any) -> Any:
-                out = call(input_ids, scores, **kw)
-                if block.done is None and scores is None:  # the first call after the candidates
-                    block.done = bool(out.all())
-                return out
-
-        watched = Watched(crit)
-        return watched
 
     def run(choose: Choose) -> str:
         def multinomial(probs: Any, num_samples: int = 1, *a: Any, **k: Any) -> Any:
@@ -100,18 +82,16 @@ def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundn
             k_cand = len(block.candidates)
             if rows.shape[0] != k_cand + 1:  # not a verification block: an ordinary draw
                 return torch.tensor([[choose(r / r.sum())] for r in rows])
-            budget = max_length - block.cur_len
             out: list[int] = []
             kept = True
             for i, r in enumerate(rows):
-                kept = i == 0 or row_kept(kept, out[i - 1], block.candidates[i - 1], i, budget,
-                                          i == k_cand and bool(block.done))
+                kept = i == 0 or row_kept(kept, out[i - 1], block.candidates[i - 1])
                 out.append(choose(r / r.sum()) if kept else filler[0](i, r))
             return torch.tensor(out).reshape(-1, 1)
 
         original = torch.multinomial
         torch.multinomial = multinomial
-        model._get_candidate_generator, model._get_stopping_criteria = candidate_generator, stopping_criteria
+        model._get_candidate_generator = candidate_generator
         try:
             with torch.no_grad():
                 result = model.generate(h.input_ids, **h.call_kwargs())
@@ -121,7 +101,7 @@ def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundn
             return format_outcome([], f"crash:{type(e).__name__}")
         finally:
             torch.multinomial = original
-            del model._get_candidate_generator, model._get_stopping_criteria
+            del model._get_candidate_generator
         return h.outcome(result)
 
     try:
