@@ -30,7 +30,6 @@ from typing import Any
 from badc_replay.contract import Violation
 from badc_replay.diff import LogicalCall
 from badc_replay.engine import Engine, SimulatorCheck, nearest
-from badc_replay.exact import UNSUPPORTED, ExactUnavailable, SpeculativeLaw
 from badc_replay.engines.vllm.config import BATCH, VllmConfig
 from badc_replay.engines.vllm.contract import check_request, exposure, logical_calls
 from badc_replay.engines.vllm.grammar import violates
@@ -41,6 +40,7 @@ from badc_replay.engines.vllm.schema import RECORDS
 from badc_replay.engines.vllm.simulator import HYPOTHESES, NgramSimulator
 from badc_replay.engines.vllm.stops import first_stop
 from badc_replay.enumeration import ExactLaw
+from badc_replay.exact import UNSUPPORTED, ExactUnavailable, SpeculativeLaw
 from badc_trace.outcomes import parse_outcome
 
 
