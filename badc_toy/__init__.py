@@ -14,6 +14,11 @@ class of the paper, each a read that speculation makes easy to get wrong:
   sequential engine would have honoured are returned;
 - D4: the returned log-probability of an accepted draft token is the one of the buffer's last row
   instead of its own row.
+
+A fifth, R1, is planted in the speculative arm's sampler instead of the engine's reads: each uniform
+serves two draws, so the draws are not independent. The engine's scripted law (the exact channel's mu)
+stays equal to P; only its sampled arm departs, which is what testing the sampled arm against mu
+localizes (docs/statistics.md, "Exact channel").
 """
 
 from badc_toy.engine import DEFECTS, EOS, VOCAB, ToyEngine, ToyModel, make_processor, make_stop
