@@ -207,6 +207,8 @@ def exact_lines(e: Mapping[str, Any]) -> list[str]:
     if e["status"] == EQUAL_WITHIN_TOL:
         head += f", {e['note']}"
     lines = [head]
+    if e.get("mirrored"):
+        lines.append(f"exact channel: mirrored where the draw is scripted: {e['mirrored']}")
     if e["status"] == UNEXERCISED:
         lines.append(f"exact channel: {e['reason']}")
     if e["structural_mass"] or e["witness_mass"]:

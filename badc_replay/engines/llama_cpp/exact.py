@@ -29,6 +29,10 @@ from badc_replay.engines.llama_cpp.harness import Harness
 from badc_replay.enumeration import Branch, Choose, enumerate_law
 from badc_replay.exact import SpeculativeLaw
 
+# The one computation the script makes itself: the law `dist` draws from (its selection is replaced).
+MIRRORED = ("llama_sampler_dist's softmax over the candidates the chain left, computed in float64 from their "
+            "logits")
+
 
 def speculative_law(cfg: LlamaConfig, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
     params = cfg.params()
@@ -101,7 +105,8 @@ def speculative_law(cfg: LlamaConfig, patches: Sequence[str] = (), soundness: in
         for undo in reversed(undos):
             if callable(undo):
                 undo()
-    return SpeculativeLaw(law.law, law.paths, proposed[0])
+    # nothing is pruned (every draw is used), so there is no soundness pass; one line is mirrored
+    return SpeculativeLaw(law.law, law.paths, proposed[0], mirrored=None if greedy else MIRRORED)
 
 
 def outcome_texts(cfg: LlamaConfig, outcomes: Sequence[str]) -> dict[str, str]:
