@@ -32,6 +32,20 @@ class ExactLaw:
 Choose = Callable[[np.ndarray], int]
 
 
+class _Script:
+    """A `choose` that follows a script of draws and raises Branch, with the law it is given, where the
+    script ends; `used` counts the draws taken."""
+
+    def __init__(self, script: tuple[int, ...]):
+        self.script, self.used = script, 0
+
+    def choose(self, probs: np.ndarray) -> int:
+        if self.used >= len(self.script):
+            raise Branch(probs)
+        self.used += 1
+        return self.script[self.used - 1]
+
+
 def enumerate_law(run: Callable[[Choose], str], max_paths: int = 200_000, what: str = "",
                   keep_leaves: bool = False) -> ExactLaw:
     """Depth-first enumeration of `run(choose) -> outcome`; `choose` must be given a law summing to one."""
@@ -44,16 +58,8 @@ def enumerate_law(run: Callable[[Choose], str], max_paths: int = 200_000, what: 
         paths += 1
         if paths > max_paths:
             raise RuntimeError(f"{what}: more than {max_paths} paths to enumerate")
-        pos = [0]
-
-        def choose(probs: np.ndarray, script: tuple[int, ...] = script, pos: list[int] = pos) -> int:
-            if pos[0] >= len(script):
-                raise Branch(probs)
-            pos[0] += 1
-            return script[pos[0] - 1]
-
         try:
-            outcome = run(choose)
+            outcome = run(_Script(script).choose)
         except Branch as b:
             for y in np.flatnonzero(b.law > 0):
                 stack.append((script + (int(y),), prob * float(b.law[y])))
@@ -67,16 +73,9 @@ def enumerate_law(run: Callable[[Choose], str], max_paths: int = 200_000, what: 
 def run_script(run: Callable[[Choose], str], script: tuple[int, ...]) -> str | None:
     """The outcome of one run following `script` exactly; None when the run asks for a draw past its end
     (a run that took another course than the one the script was enumerated on)."""
-    pos = [0]
-
-    def choose(probs: np.ndarray) -> int:
-        if pos[0] >= len(script):
-            raise Branch(probs)
-        pos[0] += 1
-        return script[pos[0] - 1]
-
+    follow = _Script(script)
     try:
-        outcome = run(choose)
+        outcome = run(follow.choose)
     except Branch:
         return None
-    return outcome if pos[0] == len(script) else None
+    return outcome if follow.used == len(script) else None

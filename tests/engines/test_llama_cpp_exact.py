@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from badc_check.exact import tv
 from badc_replay.engines import llama_cpp as lcp
 
 BASE = {"engine": "llama_cpp", "model": "tiny", "prompt": "abcdabcdab", "max_new_tokens": 4,
@@ -18,10 +19,6 @@ FLOAT = 5e-6  # block against step evaluation in float32: the controls measure ~
 
 def cfg(**kw):
     return lcp.ENGINE.parse_config({**BASE, "id": "T", **kw})
-
-
-def tv(p, q):
-    return 0.5 * sum(abs(p.get(y, 0) - q.get(y, 0)) for y in set(p) | set(q))
 
 
 @pytest.fixture(autouse=True)

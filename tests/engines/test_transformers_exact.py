@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from badc_check.exact import tv
 from badc_replay.engines import transformers as tf
 from badc_replay.engines.transformers import exact
 from badc_replay.exact import UNSUPPORTED, ExactUnavailable
@@ -19,10 +20,6 @@ FLOAT = 1e-6  # block against step logits in float32: the controls measure ~1e-7
 
 def cfg(**kw):
     return tf.ENGINE.parse_config({"id": "T", "max_new_tokens": 3, **kw})
-
-
-def tv(p, q):
-    return 0.5 * sum(abs(p.get(y, 0) - q.get(y, 0)) for y in set(p) | set(q))
 
 
 @pytest.fixture(autouse=True)

@@ -23,18 +23,10 @@ import numpy as np
 
 from badc_replay.engines.transformers.config import TransformersConfig
 from badc_replay.engines.transformers.harness import Harness
-from badc_replay.enumeration import Branch, Choose, enumerate_law, run_script
+from badc_replay.enumeration import Choose, enumerate_law, run_script
 from badc_replay.exact import UNSUPPORTED, ExactUnavailable, Soundness, SpeculativeLaw
-from badc_trace.outcomes import format_outcome
 
 PRUNING = "rows after the first row that missed its candidate get a filler token"
-
-
-class _Block:
-    """What the scripted multinomial needs of the current verification block: its candidate tokens."""
-
-    def __init__(self) -> None:
-        self.candidates: list[int] = []
 
 
 def row_kept(before_kept: bool, before: int, candidate: int) -> bool:
@@ -59,7 +51,7 @@ def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundn
     h = Harness(cfg, speculative=True)
     undos = [load_intervention(rid).apply(h.repair_target) for rid in patches]
     model = h.model
-    block = _Block()
+    candidates: list[int] = []  # the current verification block's, from the candidate generator
     proposed = [0]
     filler = [lambda row, probs: 0]  # the token a discarded row gets (the soundness pass varies it)
 
@@ -69,8 +61,8 @@ def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundn
 
         def get_candidates(input_ids: Any, *ga: Any, **gk: Any) -> Any:
             out = get(input_ids, *ga, **gk)
-            block.candidates = [int(t) for t in out[0][0, int(input_ids.shape[1]):].tolist()]
-            proposed[0] += len(block.candidates)
+            candidates[:] = [int(t) for t in out[0][0, int(input_ids.shape[1]):].tolist()]
+            proposed[0] += len(candidates)
             return out
 
         gen.get_candidates = get_candidates
@@ -79,30 +71,20 @@ def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundn
     def run(choose: Choose) -> str:
         def multinomial(probs: Any, num_samples: int = 1, *a: Any, **k: Any) -> Any:
             rows = probs.reshape(-1, probs.shape[-1]).double().numpy()
-            k_cand = len(block.candidates)
-            if rows.shape[0] != k_cand + 1:  # not a verification block: an ordinary draw
+            if rows.shape[0] != len(candidates) + 1:  # not a verification block: an ordinary draw
                 return torch.tensor([[choose(r / r.sum())] for r in rows])
             out: list[int] = []
             kept = True
             for i, r in enumerate(rows):
-                kept = i == 0 or row_kept(kept, out[i - 1], block.candidates[i - 1])
+                kept = i == 0 or row_kept(kept, out[i - 1], candidates[i - 1])
                 out.append(choose(r / r.sum()) if kept else filler[0](i, r))
             return torch.tensor(out).reshape(-1, 1)
 
-        original = torch.multinomial
-        torch.multinomial = multinomial
         model._get_candidate_generator = candidate_generator
         try:
-            with torch.no_grad():
-                result = model.generate(h.input_ids, **h.call_kwargs())
-        except Branch:
-            raise
-        except Exception as e:
-            return format_outcome([], f"crash:{type(e).__name__}")
+            return h.scripted(multinomial)
         finally:
-            torch.multinomial = original
             del model._get_candidate_generator
-        return h.outcome(result)
 
     try:
         law = enumerate_law(run, what=f"config {cfg.id}", keep_leaves=soundness > 0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from badc_replay.engines.transformers.config import TransformersConfig
@@ -148,6 +148,26 @@ class Harness:
 
         seqs = out.sequences if hasattr(out, "sequences") else out
         return outcome_of([int(t) for t in seqs[0, len(self.prompt):].tolist()], self.eos, self.cfg.max_new_tokens)
+
+    def scripted(self, multinomial: Callable[..., Any]) -> str:
+        """One generate() with `torch.multinomial` replaced by `multinomial` (the exact laws' only scripted
+        draw): its outcome, a crash outcome, or the enumeration's Branch raised through."""
+        import torch
+
+        from badc_replay.enumeration import Branch
+
+        original = torch.multinomial
+        torch.multinomial = multinomial
+        try:
+            with torch.no_grad():
+                out = self.model.generate(self.input_ids, **self.call_kwargs())
+        except Branch:
+            raise
+        except Exception as e:
+            return format_outcome([], f"crash:{type(e).__name__}")
+        finally:
+            torch.multinomial = original
+        return self.outcome(out)
 
     def draw(self, seed: int) -> str:
         import torch

@@ -10,8 +10,7 @@ import numpy as np
 
 from badc_replay.engines.transformers.config import TransformersConfig
 from badc_replay.engines.transformers.harness import Harness
-from badc_replay.enumeration import Branch, Choose, ExactLaw, enumerate_law
-from badc_trace.outcomes import format_outcome
+from badc_replay.enumeration import Choose, ExactLaw, enumerate_law
 
 
 class _Captured(Exception):
@@ -168,24 +167,11 @@ class Kernel:
         """P: the speculation-off engine with `torch.multinomial` scripted."""
         import torch
 
-        original = torch.multinomial
-        h = self.h
-
         def run(choose: Choose) -> str:
             def multinomial(probs: Any, num_samples: int = 1, *a: Any, **k: Any) -> Any:
                 row = probs.reshape(-1, probs.shape[-1])[0].double().numpy()
                 return torch.tensor([[choose(row / row.sum())]])
 
-            torch.multinomial = multinomial
-            try:
-                with torch.no_grad():
-                    out = h.model.generate(h.input_ids, **h.call_kwargs())
-            except Branch:
-                raise
-            except Exception as e:
-                return format_outcome([], f"crash:{type(e).__name__}")
-            finally:
-                torch.multinomial = original
-            return h.outcome(out)
+            return self.h.scripted(multinomial)
 
         return enumerate_law(run, what=f"config {self.cfg.id}")
