@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -186,12 +187,18 @@ class EventFamily:
             outside |= ~hit
         return ~np.concatenate([inside, outside])
 
-    def membership(self, outcomes: list[str]) -> np.ndarray:
-        """0/1 matrix (outcomes x base events), for counting many count vectors at once."""
-        out = np.zeros((len(outcomes), len(self.base)), dtype=np.int64)
+    def membership(self, outcomes: list[str]) -> Any:
+        """0/1 sparse matrix (outcomes x base events, `scipy.sparse.csr_array`), for counting many count
+        vectors at once (`counts @ membership`). Sparse: an outcome lies in a handful of events, and a
+        family with a singleton per outcome of a large support (vLLM's 54,000) would be gigabytes dense."""
+        from scipy.sparse import csr_array
+
+        rows, cols = [], []
         for r, y in enumerate(outcomes):
-            out[r, self._members(y, parse_outcome(y))] = 1
-        return out
+            members = sorted(set(self._members(y, parse_outcome(y))))
+            rows += [r] * len(members)
+            cols += members
+        return csr_array((np.ones(len(rows), dtype=np.int64), (rows, cols)), shape=(len(outcomes), len(self.base)))
 
     def counts(self, outcomes: Mapping[str, int]) -> np.ndarray:
         """Counts of every event (base events, then complements) among `n` draws."""

@@ -269,7 +269,7 @@ class Engine(ABC):
     def speculative_law(self, cfg: Any, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
         """The exact channel: mu, the law of returned outcomes of the live speculation-on engine (with the
         frozen repairs `patches` applied, in order, as an arm gets them), enumerated with only the engine's
-        random draws scripted. `soundness`: leaves to re-run with other fillers where rows are pruned.
+        random draws scripted. `soundness`: leaves to re-run (the soundness pass).
         Raises ExactUnavailable (NOT_ENUMERABLE or UNSUPPORTED, with the reason) where it cannot be done
         soundly; an engine without the capability is UNSUPPORTED."""
         raise ExactUnavailable(UNSUPPORTED, f"engine {self.name} has no exact channel (Engine.speculative_law)")

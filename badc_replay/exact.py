@@ -29,12 +29,14 @@ class ExactUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Soundness:
-    """The pruning check: leaves re-run with other fillers in the rows the engine discards, and how many
-    of them reached another outcome (any is a pruning rule that is wrong: the law is not reported)."""
+    """The enumeration's check: a seeded sample of leaves re-run (with other fillers in the rows the engine
+    discards, where rows are pruned) and how many of them reached another outcome; any is an enumeration
+    that is not sound (a wrong pruning rule, or an engine whose outcome is not a function of its scripted
+    draws): the law is not reported."""
 
     leaves: int = 0
     mismatches: int = 0
-    rule: str = ""  # the pruning rule checked, in words; empty where nothing is pruned
+    rule: str = ""  # what the re-run checks, in words
 
 
 @dataclass(frozen=True)

@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--laws", action="store_true", help="compute the exact laws")
     ap.add_argument("--exact", action="store_true", help="compute the exact channel's laws")
     ap.add_argument("--soundness", type=int, default=0, metavar="N",
-                    help="with --exact: leaves re-run with other fillers where the enumeration prunes rows")
+                    help="with --exact: leaves of each enumeration re-run (soundness pass)")
     ap.add_argument("--validate", action="store_true", help="check engine-native keywords of a list of configs")
     ap.add_argument("--arm", choices=ARMS)
     ap.add_argument("--start", type=int, default=0)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from badc_check.campaign import CampaignError, load_campaign, run_campaign
@@ -194,3 +195,37 @@ def test_exact_only_in_the_pytest_plugin(tmp_path):
         fixture.run(write(tmp_path), exact_only=True)
     msg = str(e.value)
     assert "T-D1" in msg and "exact channel DIFFERS" in msg and "exact event" in msg and "T-N" not in msg
+
+
+def test_batched_enumeration_gives_the_same_law_as_depth_first():
+    # the breadth-first enumerator an engine that runs many requests per call uses (vLLM): each request
+    # follows its script and keeps the law it branched on, never interrupted; a planted program with a
+    # stop inside and uneven laws gives the same law both ways, and the leaves' probabilities are kept
+    from badc_replay.enumeration import Follow, enumerate_batched, enumerate_law
+
+    laws = [np.array([0.5, 0.25, 0.25]), np.array([0.1, 0.0, 0.9])]
+
+    def program(choose):
+        out = []
+        for step in range(3):
+            y = choose(laws[len(out) % 2])
+            out.append(y)
+            if y == 2 and step:
+                break
+        return " ".join(map(str, out))
+
+    def run_batch(scripts):
+        results = []
+        for s in scripts:
+            follow = Follow(s)
+            y = program(follow.choose)
+            results.append(follow.branch if follow.branch is not None else y)
+        return results
+
+    deep = enumerate_law(program)
+    wide = enumerate_batched(run_batch, batch=4, keep_leaves=True)
+    assert wide.law.keys() == deep.law.keys() and all(abs(wide.law[y] - deep.law[y]) < 1e-15 for y in deep.law)
+    assert abs(sum(wide.law.values()) - 1) < 1e-12 and len(wide.leaves) == len(deep.law)
+    one = Follow(wide.leaves[0][0])
+    program(one.choose)
+    assert one.branch is None and abs(one.prob - deep.law[wide.leaves[0][1]]) < 1e-15

@@ -790,3 +790,21 @@ def test_a_laws_chain_computes_each_configs_laws_and_one_failure_leaves_the_othe
                                                            camp.seed, "s"), capture_output=True, text=True)
     assert proc.returncode == 0 and json.loads((out / "laws" / "PAR.json").read_text())["reference"] == \
         alone["reference"]
+
+
+def test_a_second_run_on_a_folder_in_use_is_refused_before_it_runs_anything(tmp_path):
+    # two runs on one folder would run every job twice and write the same files from two processes
+    from badc_check.campaign.run import hold_folder
+
+    path = _write(tmp_path, CAMPAIGN.format(other="toy"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "RUNNING").write_text("4242")
+    held = hold_folder(out)
+    try:
+        with pytest.raises(CampaignError, match="being run by another badc run .pid 4242"):
+            run_campaign(load_campaign(path), out, **QUIET)
+        assert not (out / "seal.json").exists()
+    finally:
+        held.close()
+    assert run_campaign(load_campaign(path), out, **QUIET)["configs"]  # free again once the first ends

@@ -21,7 +21,7 @@ class Job:
     count: int = 0
     level: str = "calls"
     repair: str | None = None
-    soundness: int = 0  # exact: leaves of each enumeration re-run with other fillers
+    soundness: int = 0  # exact: leaves of each enumeration re-run (the soundness pass)
 
     @property
     def cid(self) -> str:

@@ -11,12 +11,13 @@ INCONCLUSIVE with the reason, never dropped.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from badc_check.builds import build_for
 from badc_check.campaign.executors import Executor, stall_limit
@@ -61,6 +62,21 @@ def other_tests(folder: FolderDecision, decision: str, alpha: float) -> dict[str
             "marginals": marginal_study(arms["off"].outcomes, others, alpha).to_dict()}
 
 
+def hold_folder(out: Path) -> IO[str]:
+    """An exclusive lock on the campaign folder for this process's lifetime (the kernel drops it when the
+    process ends, crashed or not): a second `badc run` on the same folder would run every job twice and
+    write the same files from two processes."""
+    f = (out / ".lock").open("a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        pid = (out / "RUNNING").read_text().strip() if (out / "RUNNING").exists() else "unknown"
+        raise CampaignError(f"{out} is being run by another badc run (pid {pid}): wait for it to end, or give "
+                            "another --out") from None
+    return f
+
+
 def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, executor: str = "local",
                  log: Callable[[str], None] | None = None, plots: bool = True, partial: bool = False,
                  only: list[str] | None = None) -> dict[str, Any]:
@@ -91,6 +107,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     if not partial:  # engine-native keywords, judged by each build before anything is sealed
         refused = validate_native(campaign, executor)
     out.mkdir(parents=True, exist_ok=True)
+    _held = hold_folder(out)  # until this run ends, however it ends
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     seal = check_seal(campaign, out)
     needed = campaign.confirm_draws_needed
@@ -172,11 +189,17 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             run_jobs(chains, skip=watch.stops)
 
     def grouped(jobs: list[Job]) -> list[Job | Chain]:
-        """Laws or exact-channel jobs of configs on one build and model share a worker (one engine start)."""
+        """Laws or exact-channel jobs of configs on one build and model share a worker (one engine start);
+        with fewer groups than workers, the largest is halved until every worker has one."""
         left: dict[tuple[str, str], list[Job]] = {}
         for j in jobs:
             left.setdefault((pythons[j.cid], str(j.config.get("model"))), []).append(j)
-        return [group[0] if len(group) == 1 else Chain(group) for group in left.values()]
+        groups = list(left.values())
+        while len(groups) < ex.workers and max(map(len, groups), default=0) > 1:
+            big = max(groups, key=len)
+            groups.remove(big)
+            groups += [big[::2], big[1::2]]
+        return [group[0] if len(group) == 1 else Chain(group) for group in groups]
 
     def run_jobs(todo: Callable[[], list[Job | Chain]],
                  skip: Callable[[Job | Chain], bool] = lambda job: False) -> None:

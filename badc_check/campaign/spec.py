@@ -65,7 +65,7 @@ class CampaignTable:
     # the exact channel (badc_check/exact.py): "on" beside the sampled decisions, "only" instead of draws
     exact: Literal["off", "on", "only"] = "off"
     exact_tol: Annotated[float, pydantic.Field(gt=0, lt=1)] = EXACT_TOL
-    # leaves of each enumeration re-run with other fillers where rows are pruned (0: none at run time)
+    # leaves of each enumeration re-run, the soundness pass (0: none at run time)
     exact_soundness: Annotated[int, pydantic.Field(ge=0)] = EXACT_SOUNDNESS
 
 

@@ -26,7 +26,8 @@ from badc_replay.engines.transformers.harness import Harness
 from badc_replay.enumeration import Choose, enumerate_law, run_script
 from badc_replay.exact import UNSUPPORTED, ExactUnavailable, Soundness, SpeculativeLaw
 
-PRUNING = "rows after the first row that missed its candidate get a filler token"
+PRUNING = ("re-run with other fillers: rows after the first row that missed its candidate get a filler "
+           "token")
 
 
 def row_kept(before_kept: bool, before: int, candidate: int) -> bool:

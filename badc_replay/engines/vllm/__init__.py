@@ -40,7 +40,7 @@ from badc_replay.engines.vllm.schema import RECORDS
 from badc_replay.engines.vllm.simulator import HYPOTHESES, NgramSimulator
 from badc_replay.engines.vllm.stops import first_stop
 from badc_replay.enumeration import ExactLaw
-from badc_replay.exact import UNSUPPORTED, ExactUnavailable, SpeculativeLaw
+from badc_replay.exact import SpeculativeLaw
 from badc_trace.outcomes import parse_outcome
 
 
@@ -96,13 +96,14 @@ class VllmEngine(Engine):
         return kernel_for(cfg).law()
 
     def speculative_law(self, cfg: VllmConfig, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
-        # Not done yet (issue 48): the draws to script are the rejection sampler's uniforms and recovered
-        # tokens and the bonus row's Gumbel draw inside one engine step, and an exception inside a step
-        # kills the in-process engine, so a branch must be deferred to the end of generate(); each path
-        # is one generate() of the in-process engine (about 54,000 outcomes at vocabulary 16 and 4 tokens).
-        raise ExactUnavailable(UNSUPPORTED, "vLLM's draws (rejection_sample's uniform and recovered draws, the "
-                                            "bonus row's Gumbel-max draw inside an engine step) are not scripted "
-                                            "yet: its on arm is tested by sampling only")
+        from badc_replay.engines.vllm import exact
+
+        return exact.speculative_law(cfg, patches, soundness)
+
+    def outcome_texts(self, cfg: VllmConfig, outcomes: Sequence[str]) -> dict[str, str]:
+        from badc_replay.engines.vllm import exact
+
+        return exact.outcome_texts(cfg, outcomes)
 
     def hypothesis_law(self, cfg: VllmConfig, hypothesis: str) -> ExactLaw:
         if hypothesis not in HYPOTHESES:

