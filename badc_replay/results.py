@@ -83,6 +83,18 @@ class SoundnessResult(TypedDict):
     rule: str
 
 
+@pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
+class WitnessResult(TypedDict):
+    """Where mu differs from P: the config's first on-arm draws (the campaign's seeds), traced and replayed,
+    so the report can name the first call that broke the contract."""
+
+    draws: int
+    trace: str  # relative to the campaign folder: `badc replay` it, `badc diff` it
+    violations: int  # draws whose replay found a contract violation
+    contract: dict[str, Any] | None  # ContractResult.to_dict(): first_violation, left_unchecked, ...
+    error: str | None  # the collection failed (the exact laws are kept): why
+
+
 @strict
 class ExactResult:
     """`exact/ID.json`: the exact channel's laws of one config, enumerated through the live engine: P (the
@@ -106,6 +118,7 @@ class ExactResult:
     texts: dict[str, str]  # outcome -> its text, for the report's events
     seconds: dict[str, float]  # what each part took: reference, on, repaired, hypotheses
     code: str | None = None
+    witness: WitnessResult | None = None  # only where TV(mu, P) exceeds the tolerance and witness draws were asked
 
 
 def to_json(result: LawsResult | ShardResult | ExactResult) -> dict[str, Any]:

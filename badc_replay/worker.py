@@ -6,9 +6,12 @@
         pilot instead: N speculation-off draws on their own seeds (arm `off-pilot`), from whose outcomes
         the campaign freezes the event family before any decision draw
     python -m badc_replay.worker CONFIG.json [CONFIG.json ...] --exact --out DIR [--soundness N]
+            [--witness N --tol T --seed SEED]
         the exact channel of each configuration in turn: P, mu (the live speculation-on engine with only
         its random draws scripted), the repaired arm's mu and each registered hypothesis's law
-        -> DIR/exact/ID.json (badc_check/exact.py compares them)
+        -> DIR/exact/ID.json (badc_check/exact.py compares them); where TV(mu, P) > T, the first
+        max(200, 3 / TV) on-arm draws (N at most) traced and replayed -> DIR/exact/ID.badc (the first
+        call that broke the contract)
     python -m badc_replay.worker CONFIGS.json --validate
         engine-native keywords of a list of configs, judged by the installed engine (before a campaign
         is sealed) -> stdout: JSON {config id: [problem, ...]}
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -41,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from badc_replay.engine import ConfigError, Engine
-from badc_replay.exact import NOT_ENUMERABLE, ExactUnavailable
+from badc_replay.exact import NOT_ENUMERABLE, ExactUnavailable, tv
 from badc_replay.provenance import code_digest
 from badc_replay.registry import UnknownEngineError, get_engine
 from badc_replay.results import ExactResult, Hypothesis, LawsResult, Pilot, ShardResult, to_json
@@ -121,8 +125,11 @@ def laws(config: dict[str, Any], out: Path, *, seed: int = 0, pilot: int = 0, pr
     return to_json(res)
 
 
-def exact(config: dict[str, Any], out: Path, *, soundness: int = 0) -> dict[str, Any]:
-    """The exact channel's laws of one config (ExactResult), written to DIR/exact/ID.json."""
+def exact(config: dict[str, Any], out: Path, *, soundness: int = 0, witness: int = 0, tol: float | None = None,
+          seed: int = 0, seal: str = "") -> dict[str, Any]:
+    """The exact channel's laws of one config (ExactResult), written to DIR/exact/ID.json; where TV(mu, P)
+    exceeds `tol`, also the first `witness` on-arm draws (seeded as the campaign's), traced to
+    DIR/exact/ID.badc and replayed: the first call that broke the contract."""
     engine = engine_of(config)
     cfg = engine.parse_config(config)
     seconds: dict[str, float] = {}
@@ -161,9 +168,33 @@ def exact(config: dict[str, Any], out: Path, *, soundness: int = 0) -> dict[str,
         for hid in engine.hypotheses:  # every registered hypothesis: an exact mechanism test each
             res["hypotheses"][hid] = timed(f"hypothesis {hid}", lambda hid=hid: engine.hypothesis_law(cfg, hid)).law
         res["texts"] = engine.outcome_texts(cfg, sorted(set(res["on"]) | set(res["reference"])))
+        distance = tv(res["on"], res["reference"])
+        if witness and tol is not None and distance > tol and not res["soundness"]["mismatches"]:
+            # mu's excess over P weighs `distance`: 3 / distance draws meet it with probability 1 - e^-3 (95%)
+            draws = min(witness, max(WITNESS_FLOOR, math.ceil(3 / distance)))
+            res["witness"] = timed("witness", lambda: witness_trace(engine, cfg, out, draws, seed, seal, applied))
     result = to_json(ExactResult(**res))
     write_json(out / "exact" / f"{cfg.id}.json", result)
     return result
+
+
+WITNESS_FLOOR = 200  # witness draws at least: a violation often lies on paths likelier than mu's excess
+
+
+def witness_trace(engine: Engine, cfg: Any, out: Path, draws: int, seed: int, seal: str,
+                  applied: list[str]) -> dict[str, Any]:
+    """The first on-arm draws traced and replayed (WitnessResult): the exact channel says by how much mu
+    differs, this trace says where the engine first broke the contract on the way."""
+    trace = Path("exact") / f"{cfg.id}.badc"
+    (out / trace).parent.mkdir(parents=True, exist_ok=True)
+    (out / trace).unlink(missing_ok=True)  # an earlier, interrupted attempt's
+    try:
+        r = engine.collect(cfg, "on", draws, seed, trace_path=str(out / trace), level=engine.trace_level, seal=seal,
+                           applied=applied)
+    except Exception as e:  # the laws stand without it; the report says the witness is missing and why
+        return {"draws": draws, "trace": str(trace), "violations": 0, "contract": None,
+                "error": f"{type(e).__name__}: {str(e)[:300]}"}
+    return {"draws": draws, "trace": str(trace), "violations": r.violations, "contract": r.contract, "error": None}
 
 
 def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, out: Path, *,
@@ -206,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exact", action="store_true", help="compute the exact channel's laws")
     ap.add_argument("--soundness", type=int, default=0, metavar="N",
                     help="with --exact: leaves of each enumeration re-run (soundness pass)")
+    ap.add_argument("--witness", type=int, default=0, metavar="N",
+                    help="with --exact and --tol: where TV(mu, P) > tol, trace and replay the first on-arm draws, "
+                         f"max({WITNESS_FLOOR}, 3 / TV) of them, N at most")
+    ap.add_argument("--tol", type=float, default=None, help="with --exact: the campaign's exact tolerance")
     ap.add_argument("--validate", action="store_true", help="check engine-native keywords of a list of configs")
     ap.add_argument("--arm", choices=ARMS)
     ap.add_argument("--start", type=int, default=0)
@@ -244,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                 for one in configs:
                     try:
                         if args.exact:
-                            exact(one, out, soundness=args.soundness)
+                            exact(one, out, soundness=args.soundness, witness=args.witness, tol=args.tol,
+                                  seed=args.seed, seal=args.seal)
                         else:
                             laws(one, out, seed=args.seed, pilot=args.count, progress=progress_of(0, args.count))
                     except Exception:  # the others' laws are still computed; the runner retries this one

@@ -4,6 +4,7 @@ testing the sampled on-arm against mu itself. Known truths: the toy's planted de
 differ, the repair brings it back to P exactly), a config whose drafter can propose nothing."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -134,7 +135,18 @@ def test_exact_only_exit_codes(tmp_path):
     report = json.loads((tmp_path / "o1" / "report.json").read_text())
     assert [c["exact"]["status"] for c in report["configs"]] == [EQUAL_WITHIN_TOL, DIFFERS]
     assert all(c["decision"] is None for c in report["configs"])
-    assert not (tmp_path / "o1" / "shards").exists()  # no draws
+    assert not (tmp_path / "o1" / "shards").exists()  # no decision draws
+    # where mu differs, the campaign's first on-arm draws are traced and replayed: the first violation
+    control, d1 = (c["exact"] for c in report["configs"])
+    assert control["witness"] is None
+    w = d1["witness"]
+    assert w["trace"] == "exact/T-D1.badc" and (tmp_path / "o1" / w["trace"]).is_file()
+    assert w["draws"] == max(200, math.ceil(3 / d1["tv"])) and w["violations"] > 0
+    first = w["contract"]["first_violation"]
+    assert first["kind"] == "D1" and f"first contract violation (the first {w['draws']:,} on-arm draws" in r.stdout
+    replay = subprocess.run([sys.executable, "-m", "badc_check.cli", "replay", str(tmp_path / "o1" / w["trace"])],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert replay.returncode == 1 and first["message"] in replay.stdout  # the same finding, from the trace alone
     # the control alone: 0; a config whose drafter proposes nothing: 3
     only_n = tmp_path / "n.toml"
     only_n.write_text(CAMPAIGN.format(draws=100, extra="exact = \"only\"").split("[[config]]\nid = \"T-D1\"")[0])
@@ -195,6 +207,7 @@ def test_exact_only_in_the_pytest_plugin(tmp_path):
         fixture.run(write(tmp_path), exact_only=True)
     msg = str(e.value)
     assert "T-D1" in msg and "exact channel DIFFERS" in msg and "exact event" in msg and "T-N" not in msg
+    assert "first contract violation" in msg and "D1: at logical prefix" in msg
 
 
 def test_batched_enumeration_gives_the_same_law_as_depth_first():

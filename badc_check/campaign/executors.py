@@ -80,7 +80,7 @@ def _run_inline(job: Job | Chain, out: Path, seed: int, seal: str) -> int:
         return 0
     if job.kind == "exact":
         for j in _parts(job):
-            worker.exact(j.config, out, soundness=j.soundness)
+            worker.exact(j.config, out, soundness=j.soundness, witness=j.witness, tol=j.tol, seed=seed, seal=seal)
         return 0
     for j in _parts(job):
         if isinstance(job, Chain) and job.stop is not None and job.stop.exists():

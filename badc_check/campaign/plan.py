@@ -22,6 +22,8 @@ class Job:
     level: str = "calls"
     repair: str | None = None
     soundness: int = 0  # exact: leaves of each enumeration re-run (the soundness pass)
+    witness: int = 0  # exact: on-arm draws traced where mu differs from P (the first contract violation)
+    tol: float | None = None  # exact: the campaign's tolerance, which says where mu differs
 
     @property
     def cid(self) -> str:
@@ -39,7 +41,8 @@ class Job:
     def command(self, python: str, cfg_path: Path, out: Path, seed: int, seal: str = "") -> list[str]:
         cmd = [python, "-m", "badc_replay.worker", str(cfg_path), "--out", str(out), "--seal", seal]
         if self.kind == "exact":
-            return [*cmd, "--exact", "--soundness", str(self.soundness)]
+            witness = ["--witness", str(self.witness), "--tol", repr(self.tol)] if self.tol is not None else []
+            return [*cmd, "--exact", "--soundness", str(self.soundness), *witness, "--seed", str(seed)]
         if self.kind == "laws":  # with a count: the sealed pilot of a model without an exact law
             pilot = ["--seed", str(seed), "--count", str(self.count)] if self.count else []
             return [*cmd, "--laws", *pilot]
@@ -117,8 +120,10 @@ def discovery_jobs(campaign: Campaign, config: dict[str, Any]) -> list[Job]:
 
 
 def exact_job(campaign: Campaign, config: dict[str, Any]) -> Job:
-    """The exact channel's laws of a config."""
-    return Job(config, "exact", soundness=campaign.exact_soundness)
+    """The exact channel's laws of a config; with no draws (`exact = "only"`), the witness trace where mu
+    differs from P (beside draws, the sampled on-arm's traces name the first violation)."""
+    witness = campaign.exact_witness if campaign.exact == "only" else 0
+    return Job(config, "exact", soundness=campaign.exact_soundness, witness=witness, tol=campaign.exact_tol)
 
 
 def confirmation_jobs(campaign: Campaign, config: dict[str, Any]) -> list[Job]:

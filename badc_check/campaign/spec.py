@@ -22,7 +22,7 @@ import pydantic
 from badc_check.builds import load_builds
 from badc_check.confirmation import least_confirm_draws
 from badc_check.events import PILOT_RULE
-from badc_check.exact import EXACT_SOUNDNESS, EXACT_TOL
+from badc_check.exact import EXACT_SOUNDNESS, EXACT_TOL, EXACT_WITNESS
 from badc_check.looks import planned_looks
 from badc_check.selection import confirmation_m
 from badc_replay.engine import ConfigError, nearest, strict, validation_problems
@@ -67,6 +67,8 @@ class CampaignTable:
     exact_tol: Annotated[float, pydantic.Field(gt=0, lt=1)] = EXACT_TOL
     # leaves of each enumeration re-run, the soundness pass (0: none at run time)
     exact_soundness: Annotated[int, pydantic.Field(ge=0)] = EXACT_SOUNDNESS
+    # on-arm draws traced and replayed where mu differs from P: the first call that broke the contract
+    exact_witness: Annotated[int, pydantic.Field(ge=0)] = EXACT_WITNESS
 
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,79}$"
@@ -119,6 +121,7 @@ class Campaign:
     exact: str = "off"  # the exact channel: off, on (beside the draws) or only (no draws)
     exact_tol: float = EXACT_TOL
     exact_soundness: int = EXACT_SOUNDNESS
+    exact_witness: int = EXACT_WITNESS
 
     def exact_seal(self) -> str | None:
         """The exact channel's own seal (its tolerance and soundness pass), kept apart from the decisions'
@@ -354,7 +357,7 @@ def load_campaign(path: str | Path, *, draws: int | None = None, confirm_draws: 
                     anytime=anytime if anytime is not None else table.anytime, pilot=table.pilot,
                     confirm_without_hypothesis_events=table.confirm_without_hypothesis_events,
                     confirm_anytime=confirm_anytime, exact=exact or table.exact, exact_tol=table.exact_tol,
-                    exact_soundness=table.exact_soundness)
+                    exact_soundness=table.exact_soundness, exact_witness=table.exact_witness)
 
 
 def installed_only(campaign: Campaign, log: Callable[[str], None] | None = None) -> Campaign:

@@ -40,6 +40,14 @@ TESTS = textwrap.dedent("""
     @pytest.mark.badc_campaign("stop.toml")
     def test_stop_recheck_breaks_the_contract():
         pass
+
+    @pytest.mark.badc_campaign("neg.toml", exact_only=True)
+    def test_negative_control_exact():
+        pass
+
+    @pytest.mark.badc_campaign("par.toml", exact_only=True)
+    def test_parity_exact():
+        pass
 """)
 
 
@@ -55,7 +63,13 @@ def test_plugin_marker_and_fixture(tmp_path):
         "test_engine.py": TESTS,
     })
     out = proc.stdout
-    assert proc.returncode == 1 and "2 failed, 2 passed" in out, out[-3000:]
+    assert proc.returncode == 1 and "3 failed, 3 passed" in out, out[-3000:]
     assert "test_parity_fails" in out and "FAILS" in out and "unverified drafts" in out
     # LCP-3's shape: its returned law is not rejected on 1,000 draws, but the stop re-check read drafts.
     assert f"S (llama_cpp {VERSION}): NOT_REJECTED, contract broken" in out and "D3" in out, out[-3000:]
+    # exact_only: no draws; the failure names the config, the exact TV, the events that moved most with
+    # their text, and the first call of the witness trace that broke the contract
+    exact = out[out.index("test_parity_exact"):]
+    assert "P (llama_cpp" in exact and "exact channel DIFFERS: TV(mu, P) = 0.17" in exact, exact[:3000]
+    assert "exact event OTHER: mu 0.17" in exact  # the outcomes P never returns
+    assert "first contract violation (the first 200 on-arm draws" in exact and "D1: at logical prefix" in exact

@@ -138,7 +138,7 @@ class VllmConfig:
         """The `structured_outputs` regex, if the config constrains outputs with one."""
         return (self.sampling.get("structured_outputs") or {}).get("regex")
 
-    def params(self, seed: int | None = None) -> Any:
+    def params(self, seed: int | None = None, skip_clone: bool = False) -> Any:
         from vllm import SamplingParams
 
         sampling = dict(self.sampling)
@@ -146,7 +146,8 @@ class VllmConfig:
             from vllm.sampling_params import StructuredOutputsParams
 
             sampling["structured_outputs"] = StructuredOutputsParams(**sampling["structured_outputs"])
-        return SamplingParams(max_tokens=self.max_new_tokens, seed=seed, **sampling)
+        return SamplingParams(max_tokens=self.max_new_tokens, seed=seed, **sampling,
+                              **({"skip_clone": True} if skip_clone else {}))
 
     def speculative_config(self) -> dict[str, Any]:
         d = {k: v for k, v in self.drafter.items() if k != "method"}
