@@ -241,7 +241,6 @@ def exact_lines(e: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-
 def witness_line(w: Mapping[str, Any]) -> str:
     """The witness trace in words: the first call that broke the contract, or why there is none."""
     where = f"the first {w['draws']:,} on-arm draws, traced to {w['trace']} in the campaign folder"

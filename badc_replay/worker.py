@@ -128,8 +128,9 @@ def laws(config: dict[str, Any], out: Path, *, seed: int = 0, pilot: int = 0, pr
 def exact(config: dict[str, Any], out: Path, *, soundness: int = 0, witness: int = 0, tol: float | None = None,
           seed: int = 0, seal: str = "") -> dict[str, Any]:
     """The exact channel's laws of one config (ExactResult), written to DIR/exact/ID.json; where TV(mu, P)
-    exceeds `tol`, also the first `witness` on-arm draws (seeded as the campaign's), traced to
-    DIR/exact/ID.badc and replayed: the first call that broke the contract."""
+    exceeds `tol` (and the soundness pass found nothing), also the first max(WITNESS_FLOOR, 3 / TV) on-arm
+    draws, `witness` at most, seeded as the campaign's, traced to DIR/exact/ID.badc and replayed: the first
+    call that broke the contract."""
     engine = engine_of(config)
     cfg = engine.parse_config(config)
     seconds: dict[str, float] = {}

