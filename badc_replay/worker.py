@@ -28,7 +28,8 @@ is a function of the campaign seed, the config, the arm and the draw's index), a
 twice or lost. A re-run shard goes on from its last checkpoint (`TRACE.resume`, every 30 s; see
 badc_replay/arms.py), so a kill costs at most that much of each shard in flight; the shard's
 `resumed` field says how many draws it took over. Progress goes to stderr as `progress ARM DONE/TOTAL
-START` (`resumed ARM DONE/TOTAL START` for the draws taken over), START naming the shard.
+START` (`resumed ARM DONE/TOTAL START` for the draws taken over), START naming the shard, and
+`exact ID SECONDS` as each config's exact channel is written.
 """
 
 from __future__ import annotations
@@ -280,8 +281,11 @@ def main(argv: list[str] | None = None) -> int:
                 for one in configs:
                     try:
                         if args.exact:
+                            t = time.monotonic()
                             exact(one, out, soundness=args.soundness, witness=args.witness, tol=args.tol,
                                   seed=args.seed, seal=args.seal)
+                            # the runner shows each config as it is done (a chain holds several)
+                            print(f"exact {one.get('id')} {time.monotonic() - t:.1f}", file=sys.stderr, flush=True)
                         else:
                             laws(one, out, seed=args.seed, pilot=args.count, progress=progress_of(0, args.count))
                     except Exception:  # the others' laws are still computed; the runner retries this one

@@ -132,6 +132,7 @@ def test_exact_only_exit_codes(tmp_path):
     r = run_cli(str(write(tmp_path)), "--exact-only", "--out", str(tmp_path / "o1"))
     assert r.returncode == 1, r.stderr
     assert "T-D1: exact channel DIFFERS" in r.stderr and "| T-N |" in r.stdout and "EQUAL_WITHIN_TOL" in r.stdout
+    assert "T-N: exact channel computed in " in r.stderr  # shown as each config is done
     report = json.loads((tmp_path / "o1" / "report.json").read_text())
     assert [c["exact"]["status"] for c in report["configs"]] == [EQUAL_WITHIN_TOL, DIFFERS]
     assert all(c["decision"] is None for c in report["configs"])

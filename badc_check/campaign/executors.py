@@ -51,6 +51,9 @@ def _run_local(job: Job | Chain, cmd: list[str], progress: Progress, log: Callab
                 words = line.split()  # progress ARM DONE/TOTAL START (a chain's lines name their shard)
                 progress.update(job.cid, job.arm, int(words[3]) if len(words) > 3 else job.start,
                                 int(words[2].split("/")[0]), resumed=words[0] == "resumed")
+            elif line.startswith("exact ") and len(line.split()) == 3:  # exact ID SECONDS: one config done
+                _, cid, seconds = line.split()
+                log(f"{cid}: exact channel computed in {seconds} s")
             elif "n_ctx" not in line and line.strip():
                 tail = (tail + [line.rstrip()])[-10:]
         return proc.wait()
