@@ -301,6 +301,25 @@ def _joined(readers: list[Iterator[dict[str, Any]]], result: ContractResult,
         yield rid, sorted(by_req[rid], key=_rank)
 
 
+class _Watched(list):
+    """A request's records as the engine's check is given them: whether the check looked at any (iterated
+    or indexed the list). A check that returns no violation without reading its request checked nothing,
+    and must not make a held verdict."""
+
+    read = False
+
+    def __iter__(self) -> Any:
+        self.read = True
+        return super().__iter__()
+
+    def __getitem__(self, i: Any) -> Any:
+        self.read = True
+        return super().__getitem__(i)
+
+
+NOT_READ = "the engine's contract check read none of its records"
+
+
 def replay_trace(path: str, *, allow_torn_tail: bool = True) -> ContractResult:
     """Check every request of a trace against the engine's contract (streaming, constant memory)."""
     return replay_traces([path], allow_torn_tail=allow_torn_tail)
@@ -326,8 +345,11 @@ def replay_traces(paths: list[str], *, allow_torn_tail: bool = True) -> Contract
     for rid, records in requests:
         result.requests += 1
         result.calls += sum(1 for r in records if r["type"] in engine.call_types)
+        watched = _Watched(records)
         try:
-            found = engine.check_request(records, config, context)
+            found = engine.check_request(watched, config, context)
+            if not watched.read:
+                result.partial[NOT_READ] += 1
         except RequestUnchecked as e:
             found = e.found
             result.partial[e.reason] += 1

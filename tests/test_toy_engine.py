@@ -82,6 +82,22 @@ def test_a_request_that_crashed_is_never_reported_held(tmp_path):
     assert proc.returncode == 3 and "crashed" in proc.stderr, proc.stdout + proc.stderr
 
 
+def test_a_check_that_reads_nothing_is_never_reported_held(tmp_path, monkeypatch):
+    # An engine whose contract check returns no violation without looking at its request checked
+    # nothing: each such request is unchecked (exit 3), never held, whatever the trace holds.
+    from badc_replay.contract import NOT_READ
+
+    ENGINE.collect(cfg(processors=MIN_TOKENS, defects=["D1"]), "on", 20, 1, trace_path=str(tmp_path / "t.badc"))
+    assert replay_trace(str(tmp_path / "t.badc")).status == "broken"
+    monkeypatch.setattr(type(ENGINE), "check_request", lambda self, records, config, context=None: [])
+    res = replay_trace(str(tmp_path / "t.badc"))
+    assert res.status == "unchecked" and res.partial == {NOT_READ: 20} and res.calls > 0
+    # a check that reads its request and finds nothing is held as before
+    monkeypatch.setattr(type(ENGINE), "check_request", lambda self, records, config, context=None: [
+        r for r in records if r["type"] == "no such record"])
+    assert replay_trace(str(tmp_path / "t.badc")).status == "held"
+
+
 def test_returned_logprobs_are_checked_against_the_model_d4(tmp_path):
     bad = ENGINE.collect(cfg(logprobs=True, defects=["D4"]), "on", 500, 2, trace_path=str(tmp_path / "a.badc"))
     good = ENGINE.collect(cfg(logprobs=True), "on", 500, 2, trace_path=str(tmp_path / "b.badc"))
