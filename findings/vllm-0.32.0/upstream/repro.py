@@ -10,6 +10,7 @@ seed (badc's `tiny`, the same weights), prompt `abcdabcdab`, `max_tokens=4`, and
     python repro.py bonus-min-tokens  # the bonus row's min_tokens mask counts committed tokens only
     python repro.py hang              # after a failed step, the next LLM.generate() never returns
     python repro.py llvmlite          # LLM() fails once llvmlite.binding is imported (numba; a past ngram LLM)
+    python repro.py seed-offset       # a seeded request whose prefill is chunked fails the step on CPU
     python repro.py all [--draws N]
 
 Each arm runs in its own process (one in-process LLM per process). Speculative decoding is meant to leave
@@ -272,6 +273,33 @@ def _llvmlite(model: str, how: str) -> None:
     print("ok: the LLM started", flush=True)
 
 
+def seed_offset(model: str) -> None:
+    print("## seed-offset: a seeded request whose prefill is chunked fails the step on CPU (no speculation)\n")
+    proc = subprocess.run([sys.executable, __file__, "_seed_offset", model], capture_output=True, text=True,
+                          timeout=600)
+    lines = [x for x in (proc.stdout + proc.stderr).splitlines() if x.startswith(("ok", "failed"))]
+    print("\n".join(f"- {x}" for x in lines) if lines else proc.stderr[-1500:], end="\n\n")
+
+
+def _seed_offset(model: str) -> None:
+    from vllm import LLM, SamplingParams
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    # 600 prompts of 10 tokens, 512 at a time: 5,120 prompt tokens against a 4,096-token step budget, so
+    # one prefill is split over two steps and the token sampled after its first part is discarded
+    llm = LLM(model=model, dtype="float32", max_model_len=64, seed=0, enforce_eager=True, max_num_seqs=512,
+              gpu_memory_utilization=0.5)
+    for seeded in (False, True):
+        try:
+            llm.generate([PROMPT] * 600, [SamplingParams(max_tokens=4, seed=i if seeded else None)
+                                          for i in range(600)], use_tqdm=False)
+        except Exception as e:
+            print(f"failed: 600 requests {'with' if seeded else 'without'} seeds: {type(e).__name__}: {e}", flush=True)
+            return
+        print(f"ok: 600 requests {'with' if seeded else 'without'} seeds returned", flush=True)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_arm":
         model, spec, draws, seed0, params, fixed = sys.argv[2:8]
@@ -280,11 +308,14 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_hang":
         _hang(sys.argv[2])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "_seed_offset":
+        _seed_offset(sys.argv[2])
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "_llvmlite":
         _llvmlite(sys.argv[2], sys.argv[3])
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("case", choices=["expand", "bonus-min-tokens", "hang", "llvmlite", "all"])
+    ap.add_argument("case", choices=["expand", "bonus-min-tokens", "hang", "llvmlite", "seed-offset", "all"])
     ap.add_argument("--draws", type=int, default=20000, help="draws per arm (default 20,000)")
     args = ap.parse_args()
     import vllm
@@ -301,6 +332,8 @@ def main() -> None:
             hang(model)
         if args.case in ("llvmlite", "all"):
             llvmlite(model)
+        if args.case in ("seed-offset", "all"):
+            seed_offset(model)
 
 
 if __name__ == "__main__":
