@@ -3,8 +3,9 @@ live in-process engine with only its draws scripted, many scripted requests per 
 past the draft-row temperature defect (vllm/cpu-expand applied) plain sampling gives P to float rounding;
 min_tokens on the bonus row gives exactly the law of the hypothesis H-D1-bonus-mintokens; greedy decoding
 is one path; as shipped, draft rows' temperatures are uninitialised memory, which the engine's own
-expansion shows before anything is enumerated (UNSUPPORTED, every run) and the soundness pass sees too
-(a leaf's probability moves with the batch it runs in); sampled draws of the real engine agree with mu."""
+expansion shows before anything is enumerated (UNSUPPORTED, every run); a planted batch dependence is
+seen by the soundness pass (a leaf's probability moves with the batch it runs in); sampled draws of the
+real engine agree with mu."""
 
 import numpy as np
 import pytest
@@ -50,12 +51,32 @@ def test_as_shipped_the_draft_rows_parameters_are_uninitialised_every_time():
     assert vllm.ENGINE.speculative_law(cfg(sampling={"temperature": 0.0})).paths == 1
 
 
-def test_as_shipped_the_soundness_pass_sees_a_leafs_probability_move_with_its_batch(monkeypatch):
-    # without the question above, the enumeration runs: the same script has another probability alone
-    # than in the batch it was enumerated in, and the soundness pass says so (no law is reported)
+def test_the_soundness_pass_sees_a_leafs_probability_move_with_its_batch(monkeypatch):
+    # A planted batch dependence, deterministic where the shipped one is not (uninitialised memory may
+    # hold the same values twice; 100 leaves once showed no move): the repair's expansion, then draft-row
+    # temperatures scaled by 1.25 whenever the step holds more than one request. Past the expansion
+    # question, a leaf enumerated in a batch has another probability alone, and the pass says so.
+    from badc_replay import repairs
+
+    load = repairs.load_intervention
+
+    def planted(repair_id):
+        module = load(repair_id)
+        real = module.expand_kernel_impl
+
+        def expand(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):  # noqa: N803
+            real(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS)
+            if output.is_floating_point() and cu_num_tokens.numel() > 1:
+                output.mul_(1.25)
+        module.expand_kernel_impl = expand
+        return module
+
+    monkeypatch.setattr(repairs, "load_intervention", planted)
     monkeypatch.setattr(exact, "_expansion_problem", lambda: None)
-    mu = vllm.ENGINE.speculative_law(cfg(), [], soundness=100)
-    assert mu.soundness.mismatches > 0
+    mu = vllm.ENGINE.speculative_law(cfg(), FIXED, soundness=50)
+    assert mu.soundness.leaves == 50 and mu.soundness.mismatches > 10
+    monkeypatch.setattr(repairs, "load_intervention", load)  # the repair alone: nothing moves
+    assert vllm.ENGINE.speculative_law(cfg(), FIXED, soundness=50).soundness.mismatches == 0
 
 
 def test_min_tokens_on_the_bonus_row_is_the_hypothesis_law():
