@@ -246,7 +246,9 @@ def witness_line(w: Mapping[str, Any]) -> str:
     where = f"the first {w['draws']:,} on-arm draws, traced to {w['trace']} in the campaign folder"
     if w.get("error"):
         return f"witness trace MISSING: {where} failed: {w['error']}"
-    c = w.get("contract") or {}
+    c = w.get("contract")
+    if c is None:
+        return f"witness trace NOT REPLAYED: {where}, but its contract was not checked"
     first = c.get("first_violation")
     left = c.get("left_unchecked") or []
     unchecked = f"; left unchecked: {'; '.join(left)}" if left else ""

@@ -189,10 +189,8 @@ def witness_trace(engine: Engine, cfg: Any, out: Path, draws: int, seed: int, se
     differs, this trace says where the engine first broke the contract on the way."""
     trace = Path("exact") / f"{cfg.id}.badc"
     (out / trace).parent.mkdir(parents=True, exist_ok=True)
-    (out / trace).unlink(missing_ok=True)  # an earlier, interrupted attempt's
-    try:
-        r = engine.collect(cfg, "on", draws, seed, trace_path=str(out / trace), level=engine.trace_level, seal=seal,
-                           applied=applied)
+    try:  # an earlier, interrupted attempt is resumed from its checkpoint, as a shard's is
+        r = engine.collect(cfg, "on", draws, seed, trace_path=str(out / trace), seal=seal, applied=applied)
     except Exception as e:  # the laws stand without it; the report says the witness is missing and why
         return {"draws": draws, "trace": str(trace), "violations": 0, "contract": None,
                 "error": f"{type(e).__name__}: {str(e)[:300]}"}

@@ -200,6 +200,16 @@ def test_a_planted_randomness_defect_is_localized_by_the_sampled_arm_against_mu(
     assert by["T-N"]["exact"]["sampled_against_mu"]["rejected"] is False
 
 
+def test_a_witness_says_what_it_did_not_check():
+    from badc_check.exact import witness_line
+
+    w = {"draws": 200, "trace": "exact/X.badc", "violations": 0, "error": None}
+    assert witness_line({**w, "contract": None}).startswith("witness trace NOT REPLAYED")
+    assert witness_line({**w, "contract": None, "error": "RuntimeError: x"}).startswith("witness trace MISSING")
+    line = witness_line({**w, "contract": {"first_violation": None, "left_unchecked": ["torn tail at 12"]}})
+    assert line.startswith("no contract violation in the first 200") and "left unchecked: torn tail at 12" in line
+
+
 def test_exact_only_in_the_pytest_plugin(tmp_path):
     from badc_check.pytest_plugin import BadcFixture
 

@@ -185,6 +185,7 @@ def speculative_law(cfg: VllmConfig, patches: Sequence[str] = (), soundness: int
 
     llm, key = _speculative_llm(cfg), _key(cfg)
     undos = [load_intervention(rid).apply(llm) for rid in patches]
+    greedy = cfg.temperature == 0
     scripted = _Scripted(_runner(llm))
     prompt = cfg.prompt_ids(llm)
 
@@ -218,7 +219,7 @@ def speculative_law(cfg: VllmConfig, patches: Sequence[str] = (), soundness: int
 
     undo = scripted.install()
     try:
-        problem = None if cfg.temperature == 0 else _expansion_problem()  # greedy requests skip the expansion
+        problem = None if greedy else _expansion_problem()  # greedy requests skip the expansion
         if problem is not None:
             raise ExactUnavailable(UNSUPPORTED, "draft rows' sampling parameters are uninitialised memory here: "
                                                 f"the engine's expand_batch_to_tokens gave {problem}, so a path's "
@@ -238,7 +239,6 @@ def speculative_law(cfg: VllmConfig, patches: Sequence[str] = (), soundness: int
         for u in reversed(undos):
             if callable(u):
                 u()
-    greedy = cfg.temperature == 0
     return SpeculativeLaw(law.law, law.paths, drafted, Soundness(len(leaves), mismatches, RERUN),
                           mirrored=None if greedy else MIRRORED)
 
