@@ -21,6 +21,7 @@ import numpy as np
 from badc_check.bounds import cp_lower, cp_upper
 from badc_check.compatibility import compatibility
 from badc_check.decide import event_family
+from badc_check.looks import planned_looks
 from badc_replay.exact import DIFFERS, EQUAL_WITHIN_TOL, UNEXERCISED, UNSUPPORTED, tv
 
 # Sealed with a campaign that runs the exact channel ([campaign] exact_tol). Chosen from measured
@@ -101,8 +102,9 @@ class ExactReport:
 
 def exact_report(config: dict[str, Any], res: Mapping[str, Any], *, tol: float, threshold: float, alpha: float,
                  m: int, predicates: Mapping[str, Callable[[str], bool]] | None = None,
-                 plan: bool = True) -> ExactReport:
-    """The exact channel's report of one config from its ExactResult (`res`)."""
+                 plan: bool = True, anytime: bool = False) -> ExactReport:
+    """The exact channel's report of one config from its ExactResult (`res`); `anytime`: the campaign
+    decides at looks (`badc run --anytime`), which the plan allows for."""
     seconds = dict(res.get("seconds", {}))
     if res.get("status"):
         return ExactReport(res["status"], res["reason"], None, tol, None, None, None, seconds=seconds)
@@ -134,7 +136,8 @@ def exact_report(config: dict[str, Any], res: Mapping[str, Any], *, tol: float, 
     material = distance > threshold or witness > 0
     hyps = {h: (tv(mu, law) if isinstance(law, dict) else law) for h, law in res["hypotheses"].items()}
     repair = (tv(res["repaired"], P) if res.get("repaired") is not None else res.get("repaired_status"))
-    planned = (planned_draws(family, mu, P, threshold=threshold, alpha=alpha, m=m, predicates=preds)
+    planned = (planned_draws(family, mu, P, threshold=threshold, alpha=alpha, m=m, predicates=preds,
+                             anytime=anytime)
                if plan and status == DIFFERS else None)
     reason = {UNEXERCISED: "no enumerated path proposed a draft: speculation is never exercised"}.get(status)
     return ExactReport(status, reason, distance, material=material, structural_mass=structural, witness_mass=witness,
@@ -142,10 +145,12 @@ def exact_report(config: dict[str, Any], res: Mapping[str, Any], *, tol: float, 
 
 
 def planned_draws(family: Any, mu: Mapping[str, float], P: Mapping[str, float], *, threshold: float, alpha: float,
-                  m: int, predicates: Mapping[str, Callable[[str], bool]]) -> int | str:
+                  m: int, predicates: Mapping[str, Callable[[str], bool]], anytime: bool = False) -> int | str:
     """The least draws per arm (on a doubling grid, then bisected to 2%) at which the sampled decision
     (a witness, or D > threshold with fixed-n Clopper-Pearson bounds at alpha / (m B)) is reached in at least
-    POWER of PLAN_REPLICATES simulated campaigns drawn from the exact laws (seeded)."""
+    POWER of PLAN_REPLICATES simulated campaigns drawn from the exact laws (seeded). With `anytime`, the
+    bounds of the last look, at its share of the tail (half, from 2,000 draws on): earlier looks only add
+    power, so the plan still suffices."""
     tail = alpha / (m * family.bounds_per_config)
     ys_on, ys_off = sorted(mu), sorted(P)
     w_on = np.array([mu[y] for y in ys_on])
@@ -161,12 +166,13 @@ def planned_draws(family: Any, mu: Mapping[str, float], P: Mapping[str, float], 
     rng = np.random.default_rng(20261205)
 
     def power(n: int) -> float:
+        at = tail * (planned_looks(n)[-1].spend if anytime else 1.0)
         k_on = rng.multinomial(n, w_on / w_on.sum(), size=PLAN_REPLICATES)
         k_off = rng.multinomial(n, w_off / w_off.sum(), size=PLAN_REPLICATES)
         c_on, c_off = k_on.astype(float) @ M_on, k_off.astype(float) @ M_off
         c_on = np.concatenate([c_on, n - c_on], axis=1)[:, up]
         c_off = np.concatenate([c_off, n - c_off], axis=1)[:, up]
-        D = (cp_lower(c_on, n, tail) - cp_upper(c_off, n, tail)).max(axis=1, initial=-1.0)
+        D = (_per_count(cp_lower, c_on, n, at) - _per_count(cp_upper, c_off, n, at)).max(axis=1, initial=-1.0)
         hit = (D > threshold) | (k_on[:, witness].sum(axis=1) > 0 if witness.any() else False)
         return float(np.mean(hit))
 
@@ -180,6 +186,15 @@ def planned_draws(family: Any, mu: Mapping[str, float], P: Mapping[str, float], 
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if power(mid) >= POWER else (mid, hi)
     return hi
+
+
+def _per_count(bound: Callable[..., np.ndarray], counts: np.ndarray, n: int, tail: float) -> np.ndarray:
+    """`bound` at every entry of `counts`, evaluated once per distinct count (the same numbers: a bound at
+    fixed n and tail is a function of the count; a plan's counts repeat across events and replicates)."""
+    if n < counts.size:  # a table over 0..n is cheaper than sorting the counts
+        return bound(np.arange(n + 1), n, tail)[counts.astype(np.int64)]
+    values, where = np.unique(counts, return_inverse=True)
+    return bound(values, n, tail)[where].reshape(counts.shape)
 
 
 def sampled_against_mu(res: Mapping[str, Any], on: Mapping[str, int], family: Any, alpha: float,

@@ -242,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"max({WITNESS_FLOOR}, 3 / TV) of them, N at most")
     ap.add_argument("--tol", type=float, default=None, help="with --exact: the campaign's exact tolerance")
     ap.add_argument("--validate", action="store_true", help="check engine-native keywords of a list of configs")
+    ap.add_argument("--serve", action="store_true",
+                    help="with --validate: then wait for one job's arguments, as a JSON list on one stdin line, "
+                         "and run it in this process (the engine imported once); an empty line or none: exit")
     ap.add_argument("--arm", choices=ARMS)
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--count", type=int, default=0)
@@ -264,7 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or ".")
     try:
         if args.validate:
-            print(json.dumps(validate(config)))
+            if not args.serve:
+                print(json.dumps(validate(config)))
+                return 0
+            # an engine may print on stdout while it is imported: the verdict line is marked
+            print(f"{VERDICT}{json.dumps(validate(config))}", flush=True)
+            return _serve()
         else:
             arm = PILOT_ARM if args.laws else args.arm
 
@@ -308,5 +316,47 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+VERDICT = "badc-verdict "  # --validate --serve: the prefix of the verdict's line on stdout
+
+
+def _serve() -> int:
+    """After the verdict, run the job the runner hands over on stdin (none: exit), in this process."""
+    sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # nobody reads stdout from here on: a full pipe would stop an engine that logs there
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0
+    argv = json.loads(line)
+    if not isinstance(argv, list) or "--validate" in argv:
+        raise SystemExit(f"worker --serve: expected a job's arguments as a JSON list, got {line[:200]!r}")
+    return main([str(a) for a in argv])
+
+
+def _has_children() -> bool:
+    """Whether this process has a child process (True where /proc cannot tell)."""
+    me = str(os.getpid())
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return True
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[1] == me:
+                    return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Every result is on disk (atomic writes, traces closed) and the streams are flushed: the engines'
+    # teardown at exit buys nothing here (vLLM frees its KV cache for about 4 s per process), so it is
+    # skipped, unless a child process would be left behind without it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if not _has_children():
+        os._exit(code)
+    sys.exit(code)

@@ -123,6 +123,18 @@ def test_the_plan_needs_more_draws_for_a_smaller_difference():
     assert isinstance(tiny, str) and tiny.startswith("more than")
 
 
+def test_under_anytime_the_plan_uses_the_last_looks_share_of_the_tail():
+    """--anytime decides at looks; the last one, from 2,000 draws on, has half the tail. The plan is
+    computed at that look's bounds (earlier looks only add power), so it is the fixed-n plan at alpha / 2."""
+    p = {"0|eos": 0.5, "1|eos": 0.5}
+    fam = event_family(p, None, {})
+    mu = {"0|eos": 0.53, "1|eos": 0.47}
+    fixed = planned_draws(fam, mu, p, threshold=0.01, alpha=0.05, m=1, predicates={})
+    anytime = planned_draws(fam, mu, p, threshold=0.01, alpha=0.05, m=1, predicates={}, anytime=True)
+    half = planned_draws(fam, mu, p, threshold=0.01, alpha=0.025, m=1, predicates={})
+    assert 2000 <= fixed < anytime == half
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "badc_check.cli", "run", *args], capture_output=True, text=True,
                           cwd=ROOT)

@@ -808,3 +808,43 @@ def test_a_second_run_on_a_folder_in_use_is_refused_before_it_runs_anything(tmp_
     finally:
         held.close()
     assert run_campaign(load_campaign(path), out, **QUIET)["configs"]  # free again once the first ends
+
+
+def _toy_config(cid="W1"):
+    return {"id": cid, "engine": "toy", "build": "0.1.0", "model": "tiny", "max_new_tokens": 3,
+            "drafter": {"method": "prompt_lookup", "num_tokens": 3, "max_ngram_size": 2},
+            "processors": [{"name": "min_tokens", "min_tokens": 2}]}
+
+
+def test_a_validating_worker_runs_its_builds_first_job_and_one_never_given_a_job_exits(tmp_path):
+    """The runner keeps each build's validating worker (`--validate --serve`) for that build's first job,
+    so the engine is imported once for both; an engine printing on stdout while it is imported does not
+    hide the verdict; a worker no job is given exits, having run nothing; one that cannot validate says why."""
+    from badc_check.campaign.executors import WarmWorkers
+    from badc_check.campaign.plan import Job
+    from badc_check.campaign.spec import CampaignError
+    from badc_check.campaign.validate import _problems
+
+    noisy = tmp_path / "python"  # an interpreter whose engine prints on stdout as it starts
+    noisy.write_text(f"#!/bin/sh\necho 'engine banner'\nexec {sys.executable} \"$@\"\n")
+    noisy.chmod(0o755)
+    config = _toy_config()
+    (tmp_path / "W1.json").write_text(json.dumps(config))
+    out = tmp_path / "out"
+    with WarmWorkers() as warm:
+        assert _problems(str(noisy), [config], warm) == {"W1": {"problems": [], "refused": None}}
+        waiting = warm._waiting[str(noisy)].proc
+        cmd = Job(config, "exact", soundness=5).command(str(noisy), tmp_path / "W1.json", out, seed=3)
+        proc, lines = warm.take(cmd)
+        assert proc is waiting  # the job runs in the validating process: no second engine start
+        said = list(lines)
+        assert proc.wait() == 0, said
+        assert any(line.startswith("exact W1 ") for line in said)
+        assert json.loads((out / "exact" / "W1.json").read_text())["on"]
+        assert warm.take(cmd) is None  # taken once: a later job starts its own worker
+
+        assert _problems(sys.executable, [config], warm)["W1"]["problems"] == []
+        idle = warm._waiting[sys.executable].proc
+    assert idle.wait(timeout=30) == 0 and not (out / "laws").exists()  # told to exit by the end of the `with`
+    with WarmWorkers() as warm, pytest.raises(CampaignError, match="validating engine keywords under .* failed"):
+        _problems(sys.executable, [{"id": "X", "engine": "no-such-engine"}], warm)

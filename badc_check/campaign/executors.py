@@ -3,17 +3,21 @@ this process (the pytest plugin's way)."""
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from badc_check.campaign.plan import Chain, Job
 from badc_check.campaign.progress import Progress
 from badc_check.campaign.spec import CampaignError
 from badc_replay.arms import env_seconds
+from badc_replay.worker import VERDICT
 
 STALL_S = 1800.0  # a shard with no progress line for this long is taken as hung (BADC_STALL_S; 0: never)
 
@@ -35,17 +39,98 @@ def _watch(proc: subprocess.Popen, last: list[float], limit: float, stalled: thr
         time.sleep(min(5.0, limit / 10))
 
 
-def _run_local(job: Job | Chain, cmd: list[str], progress: Progress, log: Callable[[str], None]) -> int:
+WORKER = ["-m", "badc_replay.worker"]
+
+
+@dataclass
+class _Waiting:
+    proc: subprocess.Popen
+    lines: queue.Queue  # its stderr, read from the start (None at the end): a full pipe would stop it
+
+
+class WarmWorkers:
+    """Validation's worker processes, kept waiting after their verdict (`worker --validate --serve`): the
+    first job on a build's interpreter runs in that build's (`take`), so its engine is imported once for
+    both (vLLM: about 6 s). Those never taken are told to exit (`close`, or the end of the `with`)."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, _Waiting] = {}
+        self._lock = threading.Lock()
+
+    def start(self, python: str, args: list[str]) -> tuple[str, list[str]]:
+        """Start `python -m badc_replay.worker ARGS --serve`; its first stdout line (the validation), and
+        its stderr so far when it ended without one."""
+        proc = subprocess.Popen([python, *WORKER, *args, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        lines: queue.Queue = queue.Queue()
+
+        def read() -> None:
+            for line in proc.stderr:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        for line in proc.stdout:  # an engine may print on stdout while it is imported
+            if line.startswith(VERDICT):
+                with self._lock:
+                    self._waiting[python] = _Waiting(proc, lines)
+                return line[len(VERDICT):], []
+        proc.wait()
+        return "", [line for line in iter(lines.get, None)]
+
+    def take(self, cmd: list[str]) -> tuple[subprocess.Popen, Iterable[str]] | None:
+        """The waiting worker of `cmd`'s interpreter, given `cmd`'s arguments, with its stderr lines; None
+        when none waits (or it has died)."""
+        if cmd[1:3] != WORKER:
+            return None
+        with self._lock:
+            w = self._waiting.pop(cmd[0], None)
+        if w is None:
+            return None
+        w.proc.stdout.close()  # it writes there no more (after the verdict, to /dev/null)
+        try:
+            w.proc.stdin.write(json.dumps(cmd[3:]) + "\n")
+            w.proc.stdin.close()
+        except OSError:
+            w.proc.wait()
+            return None
+        return w.proc, iter(w.lines.get, None)
+
+    def close(self) -> None:
+        with self._lock:
+            waiting, self._waiting = list(self._waiting.values()), {}
+        for w in waiting:  # end of input: the worker exits without running anything
+            for stream in (w.proc.stdin, w.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            w.proc.wait()
+
+    def __enter__(self) -> WarmWorkers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _run_local(job: Job | Chain, cmd: list[str], progress: Progress, log: Callable[[str], None],
+               warm: WarmWorkers | None = None) -> int:
     if job.count:  # a shard, or a pilot: they draw, report progress, and can hang
         progress.begin(job.cid, job.arm)
     limit = stall_limit() if job.count else 0.0
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    taken = warm.take(cmd) if warm is not None else None
+    if taken is None:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        lines: Iterable[str] = proc.stderr
+    else:
+        proc, lines = taken
     tail: list[str] = []
     last, stalled = [time.monotonic()], threading.Event()
     if limit:  # an engine that hangs (vLLM after a failed step, say) must not hang the campaign
         threading.Thread(target=_watch, args=(proc, last, limit, stalled), daemon=True).start()
     try:
-        for line in proc.stderr:
+        for line in lines:
             if line.startswith(("progress ", "resumed ")):
                 last[0] = time.monotonic()
                 words = line.split()  # progress ARM DONE/TOTAL START (a chain's lines name their shard)
@@ -100,10 +185,11 @@ class Executor:
     """Runs jobs with K local worker processes, as Ray tasks (`executor="ray"`), or in this process
     (`executor="inline"`, with the engine of the running interpreter)."""
 
-    def __init__(self, kind: str, workers: int, progress: Progress, log: Callable[[str], None]):
+    def __init__(self, kind: str, workers: int, progress: Progress, log: Callable[[str], None],
+                 warm: WarmWorkers | None = None):
         if kind not in ("local", "ray", "inline"):
             raise CampaignError(f"executor must be local, ray or inline, not {kind!r}")
-        self.kind, self.workers, self.progress, self.log = kind, max(1, workers), progress, log
+        self.kind, self.workers, self.progress, self.log, self.warm = kind, max(1, workers), progress, log, warm
         # how many shards run at once, for the time-left estimate; unknown on a Ray cluster
         progress.workers = 1 if kind == "inline" else 0 if os.environ.get("RAY_ADDRESS") else self.workers
         if kind == "ray":
@@ -145,7 +231,7 @@ class Executor:
             job, cmd = item
             if skip(job):
                 return 0
-            code = _run_local(job, cmd, self.progress, self.log)
+            code = _run_local(job, cmd, self.progress, self.log, self.warm)
             self._finished(job, code, out)
             return code
 

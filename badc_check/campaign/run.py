@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from badc_check.builds import build_for
-from badc_check.campaign.executors import Executor, stall_limit
+from badc_check.campaign.executors import Executor, WarmWorkers, stall_limit
 from badc_check.campaign.merge import (
     FolderDecision,
     MergedArm,
@@ -89,7 +89,13 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     Discovery (laws, off and on arms) runs first; then the configs selected for confirmation
     (badc_check/selection.py: one eligible, calibrated, compatible FAILS per cause and build, by sealed
     priority) get their confirmation arms."""
-    out = Path(out)
+    with WarmWorkers() as warm:  # validation's workers, each kept for its build's first job
+        return _run_campaign(campaign, Path(out), workers=workers, executor=executor, log=log, plots=plots,
+                             partial=partial, only=only, warm=warm if executor == "local" else None)
+
+
+def _run_campaign(campaign: Campaign, out: Path, *, workers: int, executor: str, log: Callable[[str], None] | None,
+                  plots: bool, partial: bool, only: list[str] | None, warm: WarmWorkers | None) -> dict[str, Any]:
     if partial and not (out / "seal.json").exists():
         raise CampaignError(f"{out} holds no sealed campaign to report on")
     if only is not None:
@@ -105,7 +111,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
     stall_limit()
     refused: dict[str, str] = {}  # config id -> the engine's message: it will not run it with speculation
     if not partial:  # engine-native keywords, judged by each build before anything is sealed
-        refused = validate_native(campaign, executor)
+        refused = validate_native(campaign, executor, warm)
     out.mkdir(parents=True, exist_ok=True)
     _held = hold_folder(out)  # until this run ends, however it ends
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -145,7 +151,7 @@ def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, execu
             cfg_path.parent.mkdir(exist_ok=True)
             write_json(cfg_path, c)
     chosen = {cid for cid in plans if only is None or cid in only} - set(unbuilt)  # what this run runs
-    ex = Executor(executor, workers, progress, log)
+    ex = Executor(executor, workers, progress, log, warm)
 
     def run(jobs: dict[str, list[Job]], watcher: Callable[[dict[str, list[Job]]], StopWatcher] | None = None) -> None:
         """Laws queued first (a config without its laws cannot be decided), then every shard, retried on
@@ -397,7 +403,7 @@ def _exact(job: Job, out: Path, campaign: Campaign, missing: str | None,
     cfg = engine.parse_config(config)
     preds = {name: engine.predicate(name, cfg) for name in config.get("predicates", [])}
     return exact_report(config, res, tol=campaign.exact_tol, threshold=campaign.threshold, alpha=campaign.alpha,
-                        m=campaign.m, predicates=preds).to_dict()
+                        m=campaign.m, predicates=preds, anytime=campaign.anytime).to_dict()
 
 
 def _exact_beside(e: dict[str, Any] | None, res: dict[str, Any] | None, folder: FolderDecision,

@@ -14,27 +14,36 @@ from pathlib import Path
 from typing import Any
 
 from badc_check.builds import build_for
+from badc_check.campaign.executors import WORKER, WarmWorkers
 from badc_check.campaign.spec import Campaign, CampaignError, needs_pilot
 from badc_replay.engine import Engine
 from badc_replay.registry import get_engine
 
 
-def _problems(python: str, configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _problems(python: str, configs: list[dict[str, Any]], warm: WarmWorkers | None) -> dict[str, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="badc-validate-") as tmp:
         path = Path(tmp) / "configs.json"
         path.write_text(json.dumps(configs))
-        proc = subprocess.run([python, "-m", "badc_replay.worker", str(path), "--validate"], capture_output=True,
-                              text=True, timeout=600)
-    if proc.returncode != 0:
-        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-        raise CampaignError(f"validating engine keywords under {python} failed (exit {proc.returncode}): {tail}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        if warm is not None:  # the worker stays, waiting for this build's first job
+            first, err = warm.start(python, [str(path), "--validate"])
+            if first:
+                return json.loads(first)
+            code, stderr = "no verdict", "".join(err)
+        else:
+            proc = subprocess.run([python, *WORKER, str(path), "--validate"], capture_output=True, text=True,
+                                  timeout=600)
+            if proc.returncode == 0:
+                return json.loads(proc.stdout.strip().splitlines()[-1])
+            code, stderr = f"exit {proc.returncode}", proc.stderr
+    tail = " | ".join(stderr.strip().splitlines()[-3:])
+    raise CampaignError(f"validating engine keywords under {python} failed ({code}): {tail}")
 
 
-def validate_native(campaign: Campaign, executor: str = "local") -> dict[str, str]:
+def validate_native(campaign: Campaign, executor: str = "local", warm: WarmWorkers | None = None) -> dict[str, str]:
     """Raise CampaignError listing every engine-native key an installed build refuses. Configs whose build
     is not set up are left to the runner (it reports them INCONCLUSIVE). Returns the configs the engine
-    refuses to run with speculation on, with its message ({id: message})."""
+    refuses to run with speculation on, with its message ({id: message}). With `warm`, each build's
+    validating worker is kept there, waiting for that build's first job."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for c in campaign.configs:
         engine = type(get_engine(c["engine"]))
@@ -51,7 +60,7 @@ def validate_native(campaign: Campaign, executor: str = "local") -> dict[str, st
         found = [validate(configs) for configs in groups.values()]
     else:
         with ThreadPoolExecutor(max_workers=max(len(groups), 1)) as pool:
-            found = list(pool.map(lambda item: _problems(*item), groups.items()))
+            found = list(pool.map(lambda item: _problems(*item, warm), groups.items()))
     problems = [f"{campaign.path}: config {cid}: {p}" for result in found for cid, r in result.items()
                 for p in r["problems"]]
     if problems:

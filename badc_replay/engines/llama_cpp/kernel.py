@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,20 @@ class LogitOracle:
         return logits.copy()
 
 
+_held: list[tuple[tuple[str, tuple[int, ...]], LogitOracle]] = []  # the last model and prompt's
+# freed before the interpreter tears llama_cpp down: Llama.__del__ then finds its C functions gone
+atexit.register(_held.clear)
+
+
+def oracle_for(harness: Harness) -> LogitOracle:
+    """The logit oracle of the harness's model and prompt, shared by the laws of a config computed one after
+    another in one worker (P, each hypothesis's): logits are a function of the model and the prefix."""
+    key = (str(harness.cfg.model), tuple(int(t) for t in harness.prompt_tokens))
+    if not _held or _held[0][0] != key:
+        _held[:] = [(key, LogitOracle(harness))]
+    return _held[0][1]
+
+
 class KernelAdapter:
     """Exact output laws of a configuration, enumerated through the engine itself."""
 
@@ -70,7 +85,7 @@ class KernelAdapter:
         self.postcheck_view = postcheck_view
         self.h = Harness(cfg, speculative)
         self.params = cfg.params()
-        self.oracle = LogitOracle(self.h)
+        self.oracle = oracle_for(self.h)
         self._choose: Choose | None = None
         self._accepted: list[int] = []
         self._install()

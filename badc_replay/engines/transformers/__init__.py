@@ -35,7 +35,7 @@ from badc_replay.engines.transformers.program import ProgramKernels
 from badc_replay.engines.transformers.records import check_records
 from badc_replay.engines.transformers.schema import RECORDS
 from badc_replay.engines.transformers.scores import score_request
-from badc_replay.engines.transformers.simulator import HYPOTHESES, AssistedSimulator
+from badc_replay.engines.transformers.simulator import HYPOTHESES, AssistedSimulator, laws_of
 from badc_replay.enumeration import ExactLaw
 from badc_replay.exact import SpeculativeLaw
 from badc_replay.scores import RequestScores
@@ -115,7 +115,7 @@ class TransformersEngine(Engine):
         return check_records(trace_path, Kernel(cfg))
 
     def reference_law(self, cfg: TransformersConfig) -> ExactLaw:
-        return Kernel(cfg).exact_law()
+        return laws_of(cfg).reference()
 
     def speculative_law(self, cfg: TransformersConfig, patches: Sequence[str] = (),
                         soundness: int = 0) -> SpeculativeLaw:
@@ -131,14 +131,13 @@ class TransformersEngine(Engine):
     def hypothesis_law(self, cfg: TransformersConfig, hypothesis: str) -> ExactLaw:
         if hypothesis not in HYPOTHESES:
             return super().hypothesis_law(cfg, hypothesis)
-        return AssistedSimulator(Kernel(cfg), **HYPOTHESES[hypothesis]).exact_law()
+        return laws_of(cfg).simulated(**HYPOTHESES[hypothesis])
 
     def simulator_check(self, cfg: TransformersConfig) -> SimulatorCheck:
         """With fresh processors at every position and sequential stopping, the simulator must reproduce P:
         the largest absolute difference (float32 block-versus-step logits: ~1e-7)."""
-        kernel = Kernel(cfg)
-        p = kernel.exact_law().law
-        q = AssistedSimulator(kernel, "fresh", "sequential").exact_law().law
+        laws = laws_of(cfg)
+        p, q = laws.reference().law, laws.simulated("fresh", "sequential").law
         return SimulatorCheck(self.simulator_metric, max(abs(p.get(y, 0.0) - q.get(y, 0.0)) for y in set(p) | set(q)))
 
     def predicate(self, name: str, cfg: TransformersConfig) -> Callable[[str], bool]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from badc_replay.engines.transformers.config import NEG_INF_FLOOR, _version
+from badc_replay.engines.transformers.config import NEG_INF_FLOOR, TransformersConfig, _version
 from badc_replay.engines.transformers.kernel import Kernel
 from badc_replay.enumeration import Branch, Choose, ExactLaw, enumerate_law
 from badc_trace.outcomes import format_outcome
@@ -125,6 +125,37 @@ class AssistedSimulator:
 
     def exact_law(self) -> ExactLaw:
         return enumerate_law(self.run_or_crash, what=f"config {self.k.cfg.id} (simulator)")
+
+
+class ConfigLaws:
+    """The laws of one config, computed one after another by one worker (P, each hypothesis's, the
+    simulator check's), on one Kernel: they share its logits, processor replays and stop map, and a
+    simulator setting shared by several hypotheses (H-D2-cfg, -synthid and -xgr are one mechanism) is
+    enumerated once."""
+
+    def __init__(self, cfg: TransformersConfig):
+        self.cfg, self.kernel = cfg, Kernel(cfg)
+        self._laws: dict[tuple[str, str] | None, ExactLaw] = {}
+
+    def reference(self) -> ExactLaw:
+        if None not in self._laws:
+            self._laws[None] = self.kernel.exact_law()
+        return self._laws[None]
+
+    def simulated(self, processors: str, stopping: str) -> ExactLaw:
+        key = (processors, stopping)
+        if key not in self._laws:
+            self._laws[key] = AssistedSimulator(self.kernel, processors, stopping).exact_law()
+        return self._laws[key]
+
+
+_held: list[ConfigLaws] = []  # the last config's: a worker computes one config's laws at a time
+
+
+def laws_of(cfg: TransformersConfig) -> ConfigLaws:
+    if not _held or _held[0].cfg != cfg:
+        _held[:] = [ConfigLaws(cfg)]
+    return _held[0]
 
 
 HYPOTHESES = {
