@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from badc_trace.files import write_json
 from badc_trace.tiny import ENGINES
 
 if TYPE_CHECKING:
@@ -51,8 +52,7 @@ def _write_plan(report: dict[str, Any], out: str) -> int:
     plan = {c["id"]: {"status": c["exact"]["status"], "tv": c["exact"]["tv"], "draws": c["exact"]["plan"]}
             for c in report["configs"]}
     path = f"{out}/plan.json"
-    with open(path, "w") as fh:
-        json.dump(plan, fh, indent=1)
+    write_json(path, plan, indent=1)
     for cid, p in plan.items():
         what = (f"{p['draws']:,} draws per arm" if isinstance(p["draws"], int) else p["draws"] or
                 ("none: mu and P are equal within tol, no number of draws detects it"
@@ -137,7 +137,7 @@ def _replay_in_build(args: argparse.Namespace) -> int | None:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     """Exit 0 only when every request was checked in full and none broke the contract; 1 on a violation;
-    2 on a usage or format error; 3 when anything was left unchecked (DESIGN.md, "Commands")."""
+    2 on a usage or format error; 3 when anything was left unchecked (docs/interfaces.md, "Commands")."""
     from badc_check.decide import exposure_line
     from badc_replay.contract import BROKEN, UNCHECKED, replay_traces
     from badc_trace.format import TraceFormatError
@@ -185,7 +185,8 @@ def _cmd_scores(args: argparse.Namespace) -> int:
     """`badc replay --scores`: the score-level study (badc_replay/scores.py). Exit 1 when an exposed request
     is a mechanism witness; 0 when every request is exposed and agrees with its references; 3 otherwise
     (an unexposed request tests nothing; a TV between the two thresholds decides nothing), said on stderr."""
-    from badc_replay.scores import AGREE_TV, ScoresUnavailable, score_study
+    from badc_replay.score_study import score_study
+    from badc_replay.scores import AGREE_TV, ScoresUnavailable
     from badc_trace.format import TraceFormatError
 
     try:
@@ -268,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "lossless once processors, stop rules and records are composed with it?")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     c = sub.add_parser("check", help="turn arm counts collected elsewhere into decisions",
-                       description="Decide every configuration of a COUNTS.json file (schema: DESIGN.md, "
+                       description="Decide every configuration of a COUNTS.json file (schema: docs/interfaces.md, "
                                    "'Outcomes and counts'; docs/counts.md).",
                        epilog="Exit status: 0 when every config was decided and none FAILS; 1 when one FAILS or "
                               "its contract channel (if the file has one) is broken; 2 on a usage or format "

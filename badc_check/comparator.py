@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -45,7 +45,7 @@ def permutation_chi2(on: Mapping[str, int], off: Mapping[str, int], *, level: fl
     rng = np.random.default_rng(seed)
     # numpy's "marginals" costs O(K) per draw and "count" O(n): with many outcomes against few draws (a
     # campaign's tail of singletons) "count" is ten times faster; either samples the same law.
-    method = "count" if len(total) * 20 > n else "marginals"
+    method: Literal["count", "marginals"] = "count" if len(total) * 20 > n else "marginals"
     exceed = 0
     for start in range(0, permutations, 1000):
         size = min(1000, permutations - start)

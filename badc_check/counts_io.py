@@ -1,4 +1,4 @@
-"""Reading COUNTS.json (DESIGN.md, "Outcomes and counts") with errors that name the bad field."""
+"""Reading COUNTS.json (docs/interfaces.md, "Outcomes and counts") with errors that name the bad field."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from badc_check.channels import RecordArm
 from badc_check.decide import Arm, Config
-from badc_replay.engine import nearest
+from badc_replay.validation import nearest
 from badc_trace.outcomes import OutcomeError, parse_outcome
 
 RECORD_STATUSES = ("complete", "incomplete", "not_returned")

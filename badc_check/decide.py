@@ -127,7 +127,7 @@ class ConfigDecision:
     without_hypothesis_events: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The report.json fields of DESIGN.md ("Report"), plus the evidence behind them."""
+        """The report.json fields of docs/interfaces.md ("Report"), plus the evidence behind them."""
         s = self.channel_s
         return {
             "id": self.id, "engine": self.engine, "build": self.build, "role": self.role,
@@ -217,7 +217,7 @@ def decide(cfg: Config, *, alpha: float = 0.05, m: int = 1, threshold: float = D
     if cal.passed is None:
         reasons.append("no exact law: calibration and witnesses NOT CHECKABLE"
                        + (f" (events frozen from a sealed pilot of {sum(cfg.pilot.values()):,} draws)"
-                          if family.source == "pilot" else ""))
+                          if family.source == "pilot" and cfg.pilot is not None else ""))
     eligible = (decision == FAILS and cal.passed is True and bool(on.proposed)
                 and (wit.count > 0 or s.D_crash_free > threshold))
     return ConfigDecision(

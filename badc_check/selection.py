@@ -114,7 +114,8 @@ def without_hypothesis_events(decisions: Mapping[str, ConfigDecision | str | Non
     out: dict[str, ConfigDecision | str | None] = {}
     for cid, d in decisions.items():
         w = d.without_hypothesis_events if isinstance(d, ConfigDecision) else None
-        out[cid] = d if w is None else dataclasses.replace(d, decision=w["decision"], eligible=w["eligible"])
+        out[cid] = (dataclasses.replace(d, decision=w["decision"], eligible=w["eligible"])
+                    if isinstance(d, ConfigDecision) and w is not None else d)
     return out
 
 

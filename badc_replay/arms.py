@@ -16,12 +16,15 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from badc_replay.contract import replay_trace
+from badc_replay.engine import Engine
+from badc_replay.repairs import load_intervention
+from badc_trace.files import write_json
 from badc_trace.format import TraceWriter
 from badc_trace.instrument import BaseInstrumentor, TraceSink
 from badc_trace.seeds import draw_seed
@@ -71,10 +74,8 @@ class _Checkpoint:
 
     def save(self, done: int, outcomes: Counter[str], counters: dict[str, int], writer: TraceWriter) -> None:
         offset, records = writer.position()
-        tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"key": self.key, "done": done, "outcomes": outcomes,
-                                   "counters": counters, "trace": [offset, records]}))
-        os.replace(tmp, self.path)
+        write_json(self.path, {"key": self.key, "done": done, "outcomes": outcomes, "counters": counters,
+                               "trace": [offset, records]})
 
     def drop(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -98,14 +99,16 @@ def checkpoint_interval() -> float:
 
 
 def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tuple[Callable[[int], str], Any]], *,
-                engine: str, build: str, trace_config: dict[str, Any], trace_path: str | None, level: str,
+                engine: str | Engine, build: str, trace_config: dict[str, Any], trace_path: str | None, level: str,
                 seal: str = "", progress: Callable[..., None] | None = None, progress_every: int = 1000,
                 records: Callable[[str], dict[str, Any]] | None = None, batch: int = 1) -> ArmResult:
     """`setup()` builds the engine under the probe and returns (draw(seed) -> outcome, undo or None);
     with `batch` > 1, draw takes a list of at most `batch` seeds and returns their outcomes (engines that
     batch requests). `progress(done)` is called every `progress_every` draws, and `progress(done, True)`
     once for the draws a checkpoint holds. `records(trace_path)` checks returned records (channel R)
-    after the contract replay."""
+    after the contract replay, with `engine`'s contract (given by name: the registered engine's)."""
+    replayer = engine if isinstance(engine, Engine) else None
+    engine = engine.name if isinstance(engine, Engine) else engine
     every = checkpoint_interval()
     writer = checkpoint = saved = None
     if trace_path is not None:
@@ -155,7 +158,7 @@ def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tupl
     violations = 0
     checked = None
     if trace_path is not None and level != "counts":
-        res = replay_trace(trace_path)
+        res = replay_trace(trace_path, engine=replayer)
         contract = res.to_dict()
         violations = len(res.violating_requests)
         if records is not None:
@@ -164,3 +167,58 @@ def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tupl
         checkpoint.drop()
     return ArmResult(dict(outcomes), sink.counters["proposed"], sink.counters["accepted"], violations, contract,
                      dict(sink.counters), checked, resumed)
+
+
+def collect(engine: Engine, cfg: Any, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
+            level: str | None = None, repair: str | None = None, start: int = 0,
+            progress: Callable[..., None] | None = None, seed_arm: str | None = None,
+            seal: str = "", applied: Sequence[str] = ()) -> ArmResult:
+    """Draws `start .. start + draws - 1` of one arm of `engine`'s config (`off*` without speculation, `on*`,
+    `repaired`), probed and traced; the trace is replayed against the engine's contract (level calls or full).
+    `applied` are frozen repairs taken as part of the build under test (every arm gets them, in order,
+    before the arm's own `repair`); the trace header names them.
+    `seed_arm` draws with another arm's seeds (a repaired arm on the on arm's seeds, for `badc diff`)."""
+    made: dict[str, Any] = {}
+    patches = [*applied, *([repair] if repair is not None else [])]
+
+    def setup() -> tuple[Callable[..., Any], Any]:
+        h = made["h"] = process_harness(engine, cfg, arm, patches)
+        undos = [load_intervention(rid).apply(h.repair_target) for rid in patches]
+
+        def undo() -> None:  # the last applied first
+            for u in reversed(undos):
+                if callable(u):
+                    u()
+        return h.draw, undo if undos else None
+
+    check = None
+    if engine.returns_records(cfg):
+        def check(path: str) -> dict[str, Any]:
+            return engine.check_records(cfg, made["h"], path)
+
+    header = engine.trace_config(cfg, arm) | ({"applied": list(applied)} if applied else {})
+    try:
+        return collect_arm(ArmSpec(cfg.id, arm, draws, campaign_seed, start, seed_arm), engine.probe(), setup,
+                           engine=engine, build=engine.version(), level=level or engine.trace_level, seal=seal,
+                           trace_path=trace_path, trace_config=header, progress=progress,
+                           progress_every=engine.progress_every, records=check, batch=engine.batch)
+    except BaseException:
+        _last_harness.clear()  # an engine that failed a draw may not serve another
+        raise
+
+
+_last_harness: list[tuple[tuple[Any, ...], Any]] = []  # (engine, config, arm, patches) and the last shard's harness
+
+
+def process_harness(engine: Engine, cfg: Any, arm: str, patches: Sequence[str] = ()) -> Any:
+    """This process's harness for the config, arm and patches: the last one made, when it is for the
+    same (the shards of a chain of --anytime looks), else a new one, kept for the next. Draws are
+    seeded by their index; a chain's next shard meets the engine state (llama.cpp's KV cache) that
+    every request after an arm's first already meets. Reuse saves the engine's start, and vLLM allows
+    few engines per process. Keyed by arm and patches, not only by speculation: a repair may have no
+    undo, and the state one arm leaves must not reach another arm's trace."""
+    key = (engine.name, cfg, arm, tuple(patches))
+    if not (_last_harness and _last_harness[0][0] == key):
+        _last_harness.clear()
+        _last_harness.append((key, engine.harness(cfg, speculative=not arm.startswith("off"))))
+    return _last_harness[0][1]

@@ -15,7 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from badc_replay.contract import open_traces, requests_of
+from badc_replay.calls import LogicalCall, processor_calls  # noqa: F401  (re-exported: first defined here)
+from badc_replay.contract import engine_of, open_traces, requests_of
+from badc_replay.engine import Engine
+from badc_replay.registry import get_engine
 from badc_replay.text import Decoder, ids_text, trace_decoder
 
 IGNORED = {"req", "created", "elapsed"}
@@ -31,30 +34,6 @@ class Divergence:
     b: dict[str, Any] | None
     fields: list[str]
     identical_before: int  # records identical before this one
-
-
-@dataclass(frozen=True)
-class LogicalCall:
-    """One call of a request whose sequential counterpart is fixed by its logical prefix: in sequential
-    decoding, the call `what` at `prefix` sees and gives one thing, whatever ran before it."""
-
-    kind: str  # which call (with the prefix, the key calls are matched by): "processor 0", "row"
-    what: str  # the call in words
-    prefix: tuple[int, ...]  # the position's logical prefix, as the trace's ids count it
-    seen: dict[str, Any]  # what it was given and gave (ids, scores, masks), by record field
-    record: int  # its index among the request's records
-
-
-def processor_calls(records: list[dict[str, Any]]) -> list[LogicalCall]:
-    """Calls of records that carry the ids they saw and their logical length (`ids`, `logical_len`):
-    a processor call's logical prefix is its first `logical_len` ids."""
-    out = []
-    for i, r in enumerate(records):
-        if r.get("type") == "processor" and isinstance(r.get("ids"), list) and isinstance(r.get("logical_len"), int):
-            out.append(LogicalCall(f"processor {r.get('proc')}", f"processor {r.get('proc')} ({r.get('name')}), "
-                                   f"{r.get('role')} call", tuple(r["ids"][:r["logical_len"]]),
-                                   {k: r[k] for k in ("ids", "scores_in", "scores_out") if k in r}, i))
-    return out
 
 
 SCORE_TOLERANCE = 1e-4  # batched verification and single steps compute logits in different orders
@@ -98,18 +77,17 @@ def _matched(ia: Iterator[tuple[int, Any]], ib: Iterator[tuple[int, Any]]) -> It
             yield qa, recs_a, b[1]
 
 
-def first_prefix_divergence(a: list[str], b: list[str]) -> PrefixComparison:
+def first_prefix_divergence(a: list[str], b: list[str], engine: Engine | None = None) -> PrefixComparison:
     """The first call of A (in A's order, requests by id) that differs from B's call of the same kind at
     the same logical prefix: for a run with speculation against one without (or a repaired one), where
     records cannot be matched one to one. Scores compare within SCORE_TOLERANCE; incoming scores are
-    shown, not compared (only what a call was given and what it gave decide)."""
-    from badc_replay.registry import get_engine
-
+    shown, not compared (only what a call was given and what it gave decide). `engine`: both sides' engine
+    (default: the registered engine each side's traces name)."""
     ra, rb = open_traces(a), open_traces(b)
     ha, hb = ra[0].header, rb[0].header
-    ea, eb = get_engine(ha["engine"]), get_engine(hb["engine"])
+    ea, eb = engine_of(ra[0], engine), engine_of(rb[0], engine)
     agreeing, shared = 0, 0
-    for qa, recs_a, recs_b in _matched(requests_of(ra), requests_of(rb)):
+    for qa, recs_a, recs_b in _matched(requests_of(ra, engine=ea), requests_of(rb, engine=eb)):
         shared += 1
         at_b: dict[tuple[str, tuple[int, ...]], LogicalCall] = {}
         for call in eb.logical_calls(recs_b):
@@ -134,13 +112,14 @@ def _differs(x: Any, y: Any) -> bool:
     return x != y
 
 
-def first_divergence(a: str | list[str],
-                     b: str | list[str]) -> tuple[dict[str, Any], dict[str, Any], Divergence | None, int]:
+def first_divergence(a: str | list[str], b: str | list[str], engine: Engine | None = None
+                     ) -> tuple[dict[str, Any], dict[str, Any], Divergence | None, int]:
     """Each side a trace or the set of one run's traces (joined by request id); also how many records
-    were found identical before the divergence (or in all, without one)."""
+    were found identical before the divergence (or in all, without one). `engine`: both sides' engine
+    (default: the registered engine each side's traces name)."""
     ra, rb = open_traces([a] if isinstance(a, str) else a), open_traces([b] if isinstance(b, str) else b)
     same = 0
-    ia, ib = requests_of(ra), requests_of(rb)
+    ia, ib = requests_of(ra, engine=engine), requests_of(rb, engine=engine)
     ra, rb = ra[0], rb[0]  # the headers that name each side
     for (qa, recs_a), (qb, recs_b) in zip(ia, ib, strict=False):
         if qa != qb:
@@ -198,17 +177,19 @@ class DiffReport:
     compared: int  # records (or, by prefix, calls) compared: none means nothing was checked
 
 
-def markdown(a: str | list[str], b: str | list[str], *, by_prefix: bool = False) -> DiffReport:
+def markdown(a: str | list[str], b: str | list[str], *, by_prefix: bool = False,
+             engine: Engine | None = None) -> DiffReport:
     """The first divergence as Markdown: record by record (same seeds: faulty against repaired), or
-    `by_prefix`: calls matched by their logical prefix (with speculation against without)."""
+    `by_prefix`: calls matched by their logical prefix (with speculation against without). `engine`: both
+    sides' engine (default: the registered engine each side's traces name)."""
     pa, pb = ([p] if isinstance(p, str) else p for p in (a, b))
     path_a, path_b = (" + ".join(p) for p in (pa, pb))
     if by_prefix:
-        cmp = first_prefix_divergence(pa, pb)
+        cmp = first_prefix_divergence(pa, pb, engine)
         ha, hb = cmp.header_a, cmp.header_b
     else:
-        ha, hb, d, same = first_divergence(pa, pb)
-    dec_a, dec_b = trace_decoder(pa, ha), trace_decoder(pb, hb)
+        ha, hb, d, same = first_divergence(pa, pb, engine)
+    dec_a, dec_b = (trace_decoder(engine or get_engine(h["engine"]), p, h) for p, h in ((pa, ha), (pb, hb)))
     lines = ["### badc diff: first divergence" + (" by logical prefix" if by_prefix else ""), "",
              f"- **A** {_who(ha, path_a)}", f"- **B** {_who(hb, path_b)}", ""]
     if by_prefix:

@@ -21,106 +21,29 @@ Live means "runs the engine" (`harness`, `collect`, `reference_law`, `hypothesis
 from __future__ import annotations
 
 import importlib.metadata
-import types
-import typing
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pydantic
-import typing_extensions
 
-from badc_replay.arms import ArmResult, ArmSpec, collect_arm
-from badc_replay.contract import CALL_TYPES, Violation
-from badc_replay.diff import LogicalCall, processor_calls
-from badc_replay.enumeration import ExactLaw
+from badc_replay.calls import LogicalCall, processor_calls
+from badc_replay.enumeration import ExactLaw, SimulatorCheck
 from badc_replay.exact import UNSUPPORTED, ExactUnavailable, SpeculativeLaw
 from badc_replay.schema import Record
 from badc_replay.scores import RequestScores, ScoresUnavailable
 from badc_replay.text import Decoder, pieces_decoder
-from badc_trace.registry import nearest
+from badc_replay.validation import ConfigError, nearest, strict, validation_problems
+from badc_replay.violations import CALL_TYPES, Violation
+from badc_trace.registry import probe_class
+
+# Re-exported for engines, which take the protocol's helpers from here.
+__all__ = ["CAMPAIGN_KEYS", "ConfigError", "Engine", "SimulatorCheck", "nearest", "strict", "validation_problems"]
 
 # Keys of a campaign `[[config]]` that badc itself reads; every other key is the engine's.
 CAMPAIGN_KEYS = ("id", "engine", "build", "role", "priority", "stratum", "hypothesis", "predicates", "repair",
                  "applied", "variants", "variant_of")
-
-
-class ConfigError(ValueError):
-    """A config that does not validate: which config, which key, what is wrong, the nearest valid key."""
-
-    def __init__(self, config_id: str, problems: list[str]):
-        self.config_id, self.problems = config_id, problems
-        super().__init__(f"config {config_id}: " + "; ".join(problems))
-
-
-def strict(cls: type) -> type:
-    """A pydantic dataclass that refuses unknown keys and values of the wrong type."""
-    return pydantic.dataclasses.dataclass(cls, config=pydantic.ConfigDict(extra="forbid", strict=True))
-
-
-def _keys_of(cls: Any) -> list[str]:
-    """The keys a pydantic dataclass or TypedDict takes."""
-    if hasattr(cls, "__pydantic_fields__"):
-        return list(cls.__pydantic_fields__)
-    if typing_extensions.is_typeddict(cls):
-        return list(typing.get_type_hints(cls))
-    return []
-
-
-def _field_type(cls: Any, key: Any) -> Any:
-    """The type of `key` in `cls` (a list's item type for an index), or None."""
-    origin = typing.get_origin(cls)
-    if isinstance(key, int):
-        args = typing.get_args(cls) if origin in (list, tuple) else ()
-        return args[0] if args else None
-    hints = ({k: f.annotation for k, f in cls.__pydantic_fields__.items()} if hasattr(cls, "__pydantic_fields__")
-             else typing.get_type_hints(cls) if typing_extensions.is_typeddict(cls) else {})
-    t = hints.get(key)
-    while typing.get_origin(t) in (typing_extensions.Required, typing_extensions.NotRequired, typing.Annotated):
-        t = typing.get_args(t)[0]
-    args = typing.get_args(t) if typing.get_origin(t) in (typing.Union, types.UnionType) else ()
-    return next((a for a in args if _keys_of(a) or typing.get_origin(a) is list), t)
-
-
-def _fields_at(model: Any, loc: tuple[Any, ...]) -> list[str]:
-    """The keys valid at `loc` of a (nested) config class, for the nearest key."""
-    cls = model
-    for part in loc:
-        cls = _field_type(cls, part)
-        if cls is None:
-            return []
-    return _keys_of(cls)
-
-
-def validation_problems(model: type, e: pydantic.ValidationError, also_valid: tuple[str, ...] = ()) -> list[str]:
-    """One line per error of `e`: the key path, what is wrong, and for an unknown key the nearest valid one
-    (`also_valid`: keys valid at the top level besides the model's)."""
-    out = []
-    for err in e.errors():
-        loc = tuple(err["loc"])
-        where = ".".join(str(p) for p in loc) or "(config)"
-        if err["type"] == "unexpected_keyword_argument" or err["type"] == "extra_forbidden":
-            valid = _fields_at(model, loc[:-1]) + (list(also_valid) if len(loc) == 1 else [])
-            out.append(f"unknown key {where!r} ({nearest(str(loc[-1]), valid)})")
-        elif err["type"] == "value_error" and not loc:  # a cross-key check of the config's __post_init__
-            out.append(str(err["msg"]).removeprefix("Value error, "))
-        elif err["type"] == "missing_argument" or err["type"] == "missing":
-            out.append(f"key {where!r} is required")
-        else:
-            out.append(f"key {where!r}: {err['msg']} (got {err.get('input')!r})")
-    return out
-
-
-@dataclass(frozen=True)
-class SimulatorCheck:
-    """How far the hypothesis simulator with the contract's reads is from P, under a named metric."""
-
-    metric: str  # e.g. "max abs difference" or "TV distance"
-    value: float
-
-
-_last_harness: list[tuple[tuple[Any, ...], Any]] = []  # (engine, config, arm, patches) and the last shard's harness
 
 
 class Engine(ABC):
@@ -155,7 +78,7 @@ class Engine(ABC):
         return cfg
 
     def config_keys(self) -> list[str]:
-        return list(self.config_class.__pydantic_fields__)
+        return list(getattr(self.config_class, "__pydantic_fields__", {}))
 
     def check_native(self, cfg: Any) -> list[str]:
         """Live: problems with engine-native keywords (`generate()` / `SamplingParams` keys) that only the
@@ -174,8 +97,6 @@ class Engine(ABC):
 
     def probe(self) -> Any:
         """The engine's instrumentor (badc_trace), from the probes registry."""
-        from badc_trace.registry import probe_class
-
         return probe_class(self.name)()
 
     # -- drawing (live) ---------------------------------------------------------------------------
@@ -199,59 +120,6 @@ class Engine(ABC):
         """Live, channel R: the returned records of a finished trace against their documented values
         (`draws`, `mismatch`, `positions`, `first_mismatch`)."""
         raise NotImplementedError(f"engine {self.name}: no check of returned records")
-
-    def collect(self, cfg: Any, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
-                level: str | None = None, repair: str | None = None, start: int = 0,
-                progress: Callable[..., None] | None = None, seed_arm: str | None = None,
-                seal: str = "", applied: Sequence[str] = ()) -> ArmResult:
-        """Draws `start .. start + draws - 1` of one arm (`off*` without speculation, `on*`, `repaired`),
-        probed and traced; the trace is replayed against the contract (level calls or full).
-        `applied` are frozen repairs taken as part of the build under test (every arm gets them, in order,
-        before the arm's own `repair`); the trace header names them.
-        `seed_arm` draws with another arm's seeds (a repaired arm on the on arm's seeds, for `badc diff`)."""
-        from badc_replay.repairs import load_intervention
-
-        made: dict[str, Any] = {}
-        patches = [*applied, *([repair] if repair is not None else [])]
-
-        def setup() -> tuple[Callable[..., Any], Any]:
-            h = made["h"] = self.process_harness(cfg, arm, patches)
-            undos = [load_intervention(rid).apply(h.repair_target) for rid in patches]
-
-            def undo() -> None:  # the last applied first
-                for u in reversed(undos):
-                    if callable(u):
-                        u()
-            return h.draw, undo if undos else None
-
-        check = None
-        if self.returns_records(cfg):
-            def check(path: str) -> dict[str, Any]:
-                return self.check_records(cfg, made["h"], path)
-
-        header = self.trace_config(cfg, arm) | ({"applied": list(applied)} if applied else {})
-        try:
-            res = collect_arm(ArmSpec(cfg.id, arm, draws, campaign_seed, start, seed_arm), self.probe(), setup,
-                           engine=self.name, build=self.version(), level=level or self.trace_level, seal=seal,
-                           trace_path=trace_path, trace_config=header, progress=progress,
-                           progress_every=self.progress_every, records=check, batch=self.batch)
-        except BaseException:
-            _last_harness.clear()  # an engine that failed a draw may not serve another
-            raise
-        return res
-
-    def process_harness(self, cfg: Any, arm: str, patches: Sequence[str] = ()) -> Any:
-        """This process's harness for the config, arm and patches: the last one made, when it is for the
-        same (the shards of a chain of --anytime looks), else a new one, kept for the next. Draws are
-        seeded by their index; a chain's next shard meets the engine state (llama.cpp's KV cache) that
-        every request after an arm's first already meets. Reuse saves the engine's start, and vLLM allows
-        few engines per process. Keyed by arm and patches, not only by speculation: a repair may have no
-        undo, and the state one arm leaves must not reach another arm's trace."""
-        key = (self.name, cfg, arm, tuple(patches))
-        if not (_last_harness and _last_harness[0][0] == key):
-            _last_harness.clear()
-            _last_harness.append((key, self.harness(cfg, speculative=not arm.startswith("off"))))
-        return _last_harness[0][1]
 
     # -- laws (live) ------------------------------------------------------------------------------
 
@@ -326,3 +194,42 @@ class Engine(ABC):
                       context: Any = None) -> list[Violation]:
         """The violations of one request's records, in trace order (D1-D4): which call, which prefix,
         what was expected, what was seen."""
+
+
+def _members(cls: type) -> set[str]:
+    return {n for n in [*vars(cls), *getattr(cls, "__annotations__", {})] if not n.startswith("_")}
+
+
+def protocol_problems(engine: Engine) -> list[str]:
+    """What keeps `engine` from the protocol, checked when it is registered (as pluggy checks hooks): a public
+    member the protocol does not have (a misspelled override would be silently ignored), an override whose
+    parameters are not the protocol's, a missing `name`, `package` or `config_class`, hypotheses or
+    predicates declared without the method that implements them."""
+    protocol = _members(Engine)
+    problems = []
+    for cls in type(engine).__mro__:
+        if cls is Engine or not issubclass(cls, Engine):
+            break
+        for n, member in vars(cls).items():
+            if n.startswith("_"):
+                continue
+            if n not in protocol:
+                problems.append(f"{cls.__qualname__}.{n} is not a member of the protocol "
+                                f"({nearest(n, sorted(protocol))})")
+                continue
+            base = getattr(Engine, n, None)
+            if inspect.isfunction(member) and inspect.isfunction(base):
+                want, got = list(inspect.signature(base).parameters), list(inspect.signature(member).parameters)
+                if want != got:
+                    problems.append(f"{cls.__qualname__}.{n}({', '.join(got)}): the protocol's parameters are "
+                                    f"({', '.join(want)})")
+    for attr in ("name", "package"):
+        if not isinstance(getattr(engine, attr, None), str):
+            problems.append(f"{attr!r} is not set (a string)")
+    fields = getattr(getattr(engine, "config_class", None), "__pydantic_fields__", None)
+    if fields is None or "id" not in fields:
+        problems.append("'config_class' is not a `strict` dataclass with an `id` field")
+    for declared, method in (("hypotheses", "hypothesis_law"), ("predicates", "predicate")):
+        if getattr(engine, declared) and getattr(type(engine), method) is getattr(Engine, method):
+            problems.append(f"{declared!r} are declared but {method!r} is not implemented")
+    return problems

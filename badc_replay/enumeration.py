@@ -123,3 +123,11 @@ def run_script(run: Callable[[Choose], str], script: tuple[int, ...]) -> str | N
     except Branch:
         return None
     return outcome if follow.used == len(script) else None
+
+
+@dataclass(frozen=True)
+class SimulatorCheck:
+    """How far the hypothesis simulator with the contract's reads is from P, under a named metric."""
+
+    metric: str  # e.g. "max abs difference" or "TV distance"
+    value: float

@@ -16,6 +16,12 @@ DIFFERS, EQUAL_WITHIN_TOL, UNEXERCISED = "DIFFERS", "EQUAL_WITHIN_TOL", "UNEXERC
 NOT_ENUMERABLE, UNSUPPORTED = "NOT_ENUMERABLE", "UNSUPPORTED"
 STATUSES = (DIFFERS, EQUAL_WITHIN_TOL, UNEXERCISED, NOT_ENUMERABLE, UNSUPPORTED)
 
+# The default tolerance, sealed with a campaign that runs the exact channel ([campaign] exact_tol). Chosen from measured
+# differences (docs/statistics.md): the largest on any control, on any build, is 4.72e-7 (LCP-6 on
+# llama-cpp-python 0.3.19, block against step logits in float32); the smallest real difference is 2.79e-3
+# (HF17-P1). 1e-5 is 21 times the first and 279 times below the second.
+EXACT_TOL = 1e-5
+
 
 class ExactUnavailable(Exception):
     """The engine cannot enumerate this config's speculation-on law soundly: `status` NOT_ENUMERABLE (too

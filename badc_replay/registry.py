@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from badc_replay.engine import Engine
+from badc_replay.engine import Engine, protocol_problems
 from badc_trace.registry import load_object, nearest, registered
 
 ENTRY_POINT = "badc.engines"
@@ -38,6 +38,10 @@ def get_engine(name: str) -> Engine:
     engine = load_object(paths[name])
     if not isinstance(engine, Engine):
         raise UnknownEngineError(f"engine {name!r}: {paths[name]} is not a badc_replay.engine.Engine instance")
+    problems = protocol_problems(engine)
+    if problems:
+        raise UnknownEngineError(f"engine {name!r} ({paths[name]}) does not keep the engine protocol "
+                                 f"(docs/engines/protocol.md): " + "; ".join(problems))
     if engine.name != name:
         raise UnknownEngineError(f"engine {name!r}: {paths[name]} calls itself {engine.name!r}")
     return engine

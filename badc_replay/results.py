@@ -11,7 +11,7 @@ from typing import Any
 import pydantic
 from typing_extensions import TypedDict
 
-from badc_replay.engine import strict, validation_problems
+from badc_replay.validation import strict, validation_problems
 
 
 class ResultError(ValueError):

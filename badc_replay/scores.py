@@ -28,7 +28,6 @@ returned-output law or of how often a defect occurs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -67,9 +66,6 @@ class RequestScores:
     calls: tuple[CallScore, ...]
     exposed: bool  # the drafter proposed at least one token in this request
 
-    def _positioned(self) -> list[CallScore]:
-        return [c for c in self.calls if c.tv_intended is not None]
-
     def _checked(self) -> list[CallScore]:
         return [c for c in self.calls if c.tv_intended is not None or c.tv_target is not None]
 
@@ -79,7 +75,7 @@ class RequestScores:
 
     @property
     def max_tv_intended(self) -> float:
-        return max((c.tv_intended for c in self._positioned()), default=0.0)
+        return max((c.tv_intended for c in self.calls if c.tv_intended is not None), default=0.0)
 
     @property
     def max_tv_actual(self) -> float:
@@ -94,7 +90,8 @@ class RequestScores:
         """The first call with a history mismatch and a score TV above WITNESS_TV (exposed requests only)."""
         if not self.exposed:
             return None
-        return next((c for c in self._positioned() if c.history_mismatch and c.tv_intended > WITNESS_TV), None)
+        return next((c for c in self.calls if c.tv_intended is not None and c.history_mismatch
+                     and c.tv_intended > WITNESS_TV), None)
 
     @property
     def agrees(self) -> bool:
@@ -159,29 +156,3 @@ def tv(a: np.ndarray, b: np.ndarray) -> float:
         e = np.exp(x - x.max())
         return e / e.sum()
     return float(0.5 * np.abs(p(a) - p(b)).sum())
-
-
-def score_study(paths: Sequence[str]) -> ScoreStudy:
-    """The study of every request of one run's traces; ScoresUnavailable says why it cannot run here."""
-    from badc_replay.contract import open_traces, requests_of, trace_tails
-    from badc_replay.registry import get_engine
-    from badc_replay.text import trace_vocab
-
-    readers = open_traces(list(paths))
-    header = readers[0].header
-    engine = get_engine(header["engine"])
-    context, why = engine.replay_context(header, trace_vocab(paths))
-    if context is None:
-        raise ScoresUnavailable(why or f"{engine.name}: no kernel to replay here")
-    out, partial = [], 0
-    for rid, records in requests_of(readers, None, engine.call_types):
-        out.append(engine.score_request(rid, records, context))
-        types = {r["type"] for r in records}
-        partial += "crash" in types or "return" not in types
-    if not out:
-        raise ScoresUnavailable("the trace holds no request")
-    _, torn = trace_tails(list(paths), readers)
-    left = ([f"a torn tail ({torn}): requests after it are lost"] if torn else []) + (
-        [f"{partial} requests crashed or never returned: the calls they would have made were never made"]
-        if partial else [])
-    return ScoreStudy(engine.name, tuple(out), tuple(left))

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from badc_trace.format import read_trace
+
 Decoder = Callable[[Sequence[int]], str]
 SHOWN = 60  # characters of text shown beside a list of ids (the tail: where the positions differ)
 
@@ -26,8 +28,6 @@ def pieces_decoder(pieces: Sequence[bytes | str]) -> Decoder:
 def trace_vocab(paths: Sequence[str]) -> list[bytes] | None:
     """The first vocabulary of a run's traces (probes write it before a process's first request, so
     each trace is read only up to its first request record)."""
-    from badc_trace.format import read_trace
-
     for path in paths:
         reader = read_trace(path, allow_torn_tail=True)
         try:
@@ -53,13 +53,12 @@ def ids_text(ids: Any, decode: Decoder | None) -> str | None:
     return repr(text if len(text) <= SHOWN else "…" + text[-SHOWN:])
 
 
-def trace_decoder(paths: Sequence[str], header: Mapping[str, Any],
+def trace_decoder(engine: Any, paths: Sequence[str], header: Mapping[str, Any],
                   vocab: list[bytes] | None = None) -> Decoder | None:
-    """ids -> text for a run's traces, when they know the tokenizer (`vocab`: their vocabulary, when already
-    read); never an error (text beside ids is never a reason for a replay or a diff to fail)."""
-    from badc_replay.registry import get_engine  # the registry imports the engines, which import this module
-
+    """ids -> text for a run's traces, when they know the tokenizer (`engine.decoder`, the traces' engine;
+    `vocab`: their vocabulary, when already read); never an error (text beside ids is never a reason for a
+    replay or a diff to fail)."""
     try:
-        return get_engine(header["engine"]).decoder(header, vocab if vocab is not None else trace_vocab(paths))
+        return engine.decoder(header, vocab if vocab is not None else trace_vocab(paths))
     except Exception:
         return None

@@ -45,22 +45,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from badc_replay.arms import collect
 from badc_replay.engine import ConfigError, Engine
 from badc_replay.exact import NOT_ENUMERABLE, ExactUnavailable, tv
 from badc_replay.provenance import code_digest
 from badc_replay.registry import UnknownEngineError, get_engine
 from badc_replay.results import ExactResult, Hypothesis, LawsResult, Pilot, ShardResult, to_json
+from badc_trace.files import write_json
 from badc_trace.instrument import LEVELS
 
 ARMS = ("off", "on", "repaired", "off-confirm", "on-confirm")
 PILOT_ARM = "off-pilot"  # speculation off, seeds of their own: never a draw of a decision arm
 
 
-def write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
 
 
 def engine_of(config: dict[str, Any]) -> Engine:
@@ -105,7 +102,7 @@ def laws(config: dict[str, Any], out: Path, *, seed: int = 0, pilot: int = 0, pr
     if not engine.enumerable(cfg):
         if pilot <= 0:
             raise ValueError(f"config {cfg.id}: model {cfg.model!r} has no exact law; its pilot needs --count > 0")
-        res = engine.collect(cfg, PILOT_ARM, pilot, seed, level="counts", progress=progress)
+        res = collect(engine, cfg, PILOT_ARM, pilot, seed, level="counts", progress=progress)
         laws = LawsResult(id=cfg.id, build=engine.version(), reference=None, paths=0,
                           elapsed_s=round(time.monotonic() - t, 2), support=len(res.outcomes),
                           pilot=Pilot(draws=pilot, arm=PILOT_ARM, outcomes=res.outcomes), code=code_digest())
@@ -190,7 +187,7 @@ def witness_trace(engine: Engine, cfg: Any, out: Path, draws: int, seed: int, se
     trace = Path("exact") / f"{cfg.id}.badc"
     (out / trace).parent.mkdir(parents=True, exist_ok=True)
     try:  # an earlier, interrupted attempt is resumed from its checkpoint, as a shard's is
-        r = engine.collect(cfg, "on", draws, seed, trace_path=str(out / trace), seal=seal, applied=applied)
+        r = collect(engine, cfg, "on", draws, seed, trace_path=str(out / trace), seal=seal, applied=applied)
     except Exception as e:  # the laws stand without it; the report says the witness is missing and why
         return {"draws": draws, "trace": str(trace), "violations": 0, "contract": None,
                 "error": f"{type(e).__name__}: {str(e)[:300]}"}
@@ -206,7 +203,7 @@ def shard(config: dict[str, Any], arm: str, start: int, count: int, seed: int, o
     trace = out / "traces" / cfg.id / f"{arm}-{start}.badc"
     trace.parent.mkdir(parents=True, exist_ok=True)
     t, cpu = time.monotonic(), time.process_time()
-    res = engine.collect(cfg, arm, count, seed, trace_path=str(trace), level=level, repair=repair, start=start,
+    res = collect(engine, cfg, arm, count, seed, trace_path=str(trace), level=level, repair=repair, start=start,
                          progress=progress, seal=seal, applied=config.get("applied", ()))
     result = to_json(ShardResult(id=cfg.id, arm=arm, start=start, count=count, outcomes=res.outcomes,
                                  proposed=res.proposed, accepted=res.accepted, violations=res.violations,

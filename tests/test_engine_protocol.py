@@ -308,3 +308,66 @@ def test_the_keys_badc_reads_itself_are_the_ones_engines_leave_out():
     from badc_replay.engine import CAMPAIGN_KEYS
 
     assert {f.name for f in dataclasses.fields(ConfigKeys)} == set(CAMPAIGN_KEYS)
+
+
+def test_the_protocol_document_lists_exactly_the_public_members_of_engine():
+    # docs/engines/protocol.md drifted from Engine once (refusal, enumerable missing): the member table
+    # is held equal to the class, both ways.
+    import re
+
+    doc = (ROOT / "docs" / "engines" / "protocol.md").read_text()
+    table = doc.split("## `Engine`", 1)[1].split("\nRules every engine keeps", 1)[0]
+    documented = {name for row in table.splitlines() if row.startswith("| `")
+                  for name in re.findall(r"`(\w+)(?:\([^`]*\))?`", row.split("|")[1])}
+    members = {n for n in [*vars(Engine), *Engine.__annotations__] if not n.startswith("_")}
+    assert documented == members, {"not documented": sorted(members - documented),
+                                   "documented, not in Engine": sorted(documented - members)}
+
+
+def test_an_engine_that_does_not_keep_the_protocol_is_refused_when_registered(tmp_path, monkeypatch):
+    # As pluggy checks hooks: a misspelled override (silently ignored otherwise), an override with other
+    # parameters, and predicates declared with nothing implementing them are each named.
+    (tmp_path / "bad_engine_mod.py").write_text(textwrap.dedent("""
+        from badc_replay.engine import Engine, strict
+
+        @strict
+        class BadConfig:
+            id: str
+
+        class BadEngine(Engine):
+            name, package, config_class = "bad", "bad-engine", BadConfig
+            predicates = ("too_long",)
+
+            def harness(self, cfg, speculative):
+                raise NotImplementedError
+
+            def reference_law(self, cfg):
+                raise NotImplementedError
+
+            def check_request(self, records, config, context=None):
+                return []
+
+            def check_nativ(self, cfg):
+                return []
+
+            def refusal(self, config):
+                return None
+
+        ENGINE = BadEngine()
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import badc_replay.registry as registry
+
+    monkeypatch.setattr(registry, "engine_paths", lambda: {"bad": "bad_engine_mod:ENGINE"})
+    get_engine.cache_clear()
+    try:
+        with pytest.raises(UnknownEngineError) as e:
+            get_engine("bad")
+    finally:
+        get_engine.cache_clear()
+    message = str(e.value)
+    assert "does not keep the engine protocol" in message
+    assert "BadEngine.check_nativ is not a member of the protocol (did you mean 'check_native'?)" in message
+    assert "BadEngine.refusal(self, config): the protocol's parameters are (self, cfg)" in message
+    assert "'predicates' are declared but 'predicate' is not implemented" in message
+    assert message.count("; ") == 2  # nothing else: harness, reference_law and check_request keep it

@@ -14,11 +14,12 @@ import pytest
 
 from badc_check.campaign import CampaignError, load_campaign, run_campaign
 from badc_check.decide import event_family
-from badc_check.exact import EXACT_TOL, exact_report, planned_draws, tv
+from badc_check.exact import exact_report, planned_draws, tv
 from badc_replay.engines.toy import ENGINE
 from badc_replay.exact import (
     DIFFERS,
     EQUAL_WITHIN_TOL,
+    EXACT_TOL,
     NOT_ENUMERABLE,
     UNEXERCISED,
     UNSUPPORTED,

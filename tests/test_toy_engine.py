@@ -9,6 +9,7 @@ import pytest
 
 from badc_check.campaign import load_campaign, run_campaign
 from badc_check.confirmation import least_confirm_draws
+from badc_replay.arms import collect, process_harness
 from badc_replay.contract import replay_trace
 from badc_replay.engines.toy import ENGINE
 
@@ -45,11 +46,11 @@ def test_exact_laws_the_lossless_check_and_each_defects_law(kw, hypothesis, at_l
     (dict(stopping=STOP, defects=["D3"]), "D3"),
 ])
 def test_trace_replay_finds_each_planted_defect_and_holds_without_it(tmp_path, kw, kind):
-    defective = ENGINE.collect(cfg(**kw), "on", 300, 1, trace_path=str(tmp_path / "bad.badc"))
+    defective = collect(ENGINE, cfg(**kw), "on", 300, 1, trace_path=str(tmp_path / "bad.badc"))
     assert defective.contract["status"] == "broken" and set(defective.contract["by_class"]) == {kind}
     first = defective.contract["first_violation"]
     assert first["kind"] == kind and first["message"].startswith(f"request {first['request']}, call ")
-    clean = ENGINE.collect(cfg(**{k: v for k, v in kw.items() if k != "defects"}), "on", 300, 1,
+    clean = collect(ENGINE, cfg(**{k: v for k, v in kw.items() if k != "defects"}), "on", 300, 1,
                            trace_path=str(tmp_path / "good.badc"))
     assert clean.contract["status"] == "held" and clean.contract["requests"] == 300 and clean.proposed > 0
     assert replay_trace(str(tmp_path / "good.badc")).status == "held"
@@ -65,7 +66,7 @@ def test_a_request_that_crashed_is_never_reported_held(tmp_path):
     # checked in full, so a trace whose requests crashed is unchecked (exit 3), never held (exit 0).
     from badc_trace.format import TraceWriter, read_trace
 
-    ENGINE.collect(cfg(processors=MIN_TOKENS), "on", 20, 1, trace_path=str(tmp_path / "good.badc"))
+    collect(ENGINE, cfg(processors=MIN_TOKENS), "on", 20, 1, trace_path=str(tmp_path / "good.badc"))
     r = read_trace(str(tmp_path / "good.badc"))
     with TraceWriter(str(tmp_path / "crashed.badc"), engine="toy", build=r.header["build"],
                      config=r.header["config"]) as w:
@@ -87,7 +88,7 @@ def test_a_check_that_reads_nothing_is_never_reported_held(tmp_path, monkeypatch
     # nothing: each such request is unchecked (exit 3), never held, whatever the trace holds.
     from badc_replay.contract import NOT_READ
 
-    ENGINE.collect(cfg(processors=MIN_TOKENS, defects=["D1"]), "on", 20, 1, trace_path=str(tmp_path / "t.badc"))
+    collect(ENGINE, cfg(processors=MIN_TOKENS, defects=["D1"]), "on", 20, 1, trace_path=str(tmp_path / "t.badc"))
     assert replay_trace(str(tmp_path / "t.badc")).status == "broken"
     monkeypatch.setattr(type(ENGINE), "check_request", lambda self, records, config, context=None: [])
     res = replay_trace(str(tmp_path / "t.badc"))
@@ -99,9 +100,9 @@ def test_a_check_that_reads_nothing_is_never_reported_held(tmp_path, monkeypatch
 
 
 def test_returned_logprobs_are_checked_against_the_model_d4(tmp_path):
-    bad = ENGINE.collect(cfg(logprobs=True, defects=["D4"]), "on", 500, 2, trace_path=str(tmp_path / "a.badc"))
-    good = ENGINE.collect(cfg(logprobs=True), "on", 500, 2, trace_path=str(tmp_path / "b.badc"))
-    off = ENGINE.collect(cfg(logprobs=True, defects=["D4"]), "off", 500, 2, trace_path=str(tmp_path / "c.badc"))
+    bad = collect(ENGINE, cfg(logprobs=True, defects=["D4"]), "on", 500, 2, trace_path=str(tmp_path / "a.badc"))
+    good = collect(ENGINE, cfg(logprobs=True), "on", 500, 2, trace_path=str(tmp_path / "b.badc"))
+    off = collect(ENGINE, cfg(logprobs=True, defects=["D4"]), "off", 500, 2, trace_path=str(tmp_path / "c.badc"))
     assert bad.records["draws"] == 500 and bad.records["mismatch"] > 20  # 44 with this seed
     assert bad.records["first_mismatch"]["position"] >= 1
     assert good.records["mismatch"] == 0 and off.records["mismatch"] == 0  # speculation off never drafts
@@ -296,9 +297,9 @@ def test_messages_show_text_beside_ids_and_diff_by_prefix_finds_the_planted_defe
     from badc_check.cli import main
 
     bad, good = cfg(processors=MIN_TOKENS, defects=["D1"]), cfg(processors=MIN_TOKENS)
-    ENGINE.collect(bad, "on", 200, 1, trace_path=str(tmp_path / "bad.badc"))
-    ENGINE.collect(good, "on", 200, 1, trace_path=str(tmp_path / "good.badc"))
-    ENGINE.collect(good, "off", 200, 1, trace_path=str(tmp_path / "off.badc"), seed_arm="on")
+    collect(ENGINE, bad, "on", 200, 1, trace_path=str(tmp_path / "bad.badc"))
+    collect(ENGINE, good, "on", 200, 1, trace_path=str(tmp_path / "good.badc"))
+    collect(ENGINE, good, "off", 200, 1, trace_path=str(tmp_path / "off.badc"), seed_arm="on")
     assert main(["replay", str(tmp_path / "bad.badc"), "--json"]) == 1
     first = json.loads(capsys.readouterr().out)["first_violation"]
     prompt = "".join("abcde"[t] for t in good.prompt)
@@ -327,10 +328,32 @@ def test_a_process_keeps_one_harness_per_config_arm_and_patches():
     # a chain's shards share their arm's harness; another arm, or the same arm with a repair, gets its own
     # (engine state and repairs without an undo must not cross arms: the KV cache did, in cee06f6)
     c = cfg(processors=MIN_TOKENS)
-    on = ENGINE.process_harness(c, "on")
-    assert ENGINE.process_harness(c, "on") is on
-    assert ENGINE.process_harness(c, "on", ["toy/logical-rows"]) is not on  # same arm, a repair applied
-    assert ENGINE.process_harness(c, "on") is not on  # one kept at a time: the last one made
-    on = ENGINE.process_harness(c, "on")
-    assert ENGINE.process_harness(c, "on-confirm") is not on  # another arm with speculation
-    assert ENGINE.process_harness(c, "off") is not ENGINE.process_harness(c, "on")
+    on = process_harness(ENGINE, c, "on")
+    assert process_harness(ENGINE, c, "on") is on
+    assert process_harness(ENGINE, c, "on", ["toy/logical-rows"]) is not on  # same arm, a repair applied
+    assert process_harness(ENGINE, c, "on") is not on  # one kept at a time: the last one made
+    on = process_harness(ENGINE, c, "on")
+    assert process_harness(ENGINE, c, "on-confirm") is not on  # another arm with speculation
+    assert process_harness(ENGINE, c, "off") is not process_harness(ENGINE, c, "on")
+
+
+def test_the_toy_engine_passes_the_conformance_kit(tmp_path):
+    from badc_replay.testing import PASSED, check_engine
+
+    result = check_engine(ENGINE, {"id": "KIT", "processors": MIN_TOKENS}, tmp_path, draws=40)
+    assert {c.name: c.status for c in result.checks} == dict.fromkeys(
+        ["config", "law", "simulator", "arm", "drafting", "unread", "exact"], PASSED), result.summary()
+
+
+def test_the_conformance_kit_fails_an_engine_with_a_planted_defect(tmp_path):
+    # The kit can fail: the toy engine with D1 planted (its processors read the evaluation buffer) breaks
+    # the contract on the arm and its exact law moves away from P; the rest still passes.
+    from badc_replay.testing import FAILED, PASSED, check_engine, conformance
+
+    control = {"id": "KIT-D1", "processors": MIN_TOKENS, "defects": ["D1"]}
+    result = conformance(ENGINE, control, tmp_path, draws=40)
+    status = {c.name: c.status for c in result.checks}
+    assert status["arm"] == FAILED and "contract broken" in result.by_name("arm").detail, result.summary()
+    assert status["exact"] == FAILED and status["unread"] == status["config"] == status["law"] == PASSED
+    with pytest.raises(AssertionError, match="config KIT-D1: the conformance kit failed"):
+        check_engine(ENGINE, control, tmp_path / "again", draws=40)

@@ -57,13 +57,14 @@ def test_badc_trace_usage_errors_and_help():
 
 def test_diff_names_the_first_diverging_call(tmp_path, capsys):
     code = textwrap.dedent(f"""
+        from badc_replay.arms import collect
         from badc_replay.engines.llama_cpp import ENGINE
         c = ENGINE.parse_config({{
             "id": "LCP-2", "processors": [{{"name": "min_tokens", "min_tokens": 3}}],
             "sampling": {{"temperature": 1.0}},
             "drafter": {{"method": "prompt_lookup", "num_pred_tokens": 4, "max_ngram_size": 2}}}})
-        ENGINE.collect(c, "on", 100, 1, trace_path={str(tmp_path / 'on.badc')!r})
-        ENGINE.collect(c, "repaired", 100, 1, trace_path={str(tmp_path / 'rep.badc')!r},
+        collect(ENGINE, c, "on", 100, 1, trace_path={str(tmp_path / 'on.badc')!r})
+        collect(ENGINE, c, "repaired", 100, 1, trace_path={str(tmp_path / 'rep.badc')!r},
                        repair="llama_cpp/logical-prefix", seed_arm="on")
     """)
     subprocess.run([str(BUILD.python), "-c", code], check=True, capture_output=True)
@@ -116,10 +117,11 @@ def test_replay_of_a_transformers_campaign_trace_runs_under_its_build(tmp_path, 
     # D2 needs the engine: from the main environment, `badc replay` re-runs itself under the build's
     # interpreter and finds the guidance processor's drifted state.
     code = textwrap.dedent(f"""
+        from badc_replay.arms import collect
         from badc_replay.engines import transformers as tf
         c = tf.ENGINE.parse_config({{"id": "HF-6", "generation": {{"guidance_scale": 1.5}}}})
-        tf.ENGINE.collect(c, "on", 30, 1, trace_path={str(tmp_path / 'on.badc')!r})
-        tf.ENGINE.collect(c, "off", 30, 1, trace_path={str(tmp_path / 'off.badc')!r})
+        collect(tf.ENGINE, c, "on", 30, 1, trace_path={str(tmp_path / 'on.badc')!r})
+        collect(tf.ENGINE, c, "off", 30, 1, trace_path={str(tmp_path / 'off.badc')!r})
     """)
     subprocess.run([str(TF_BUILD.python), "-c", code], check=True, capture_output=True)
     assert main(["replay", str(tmp_path / "off.badc")]) == 0

@@ -67,6 +67,7 @@ def _loop_rate(marks: list[tuple[float, int]]) -> float:
 
 def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[str, Any]:
     """The cells of one engine measured in this process (`bare`, a level, `law`), as JSON-able figures."""
+    from badc_replay.arms import collect, process_harness
     from badc_replay.contract import replay_trace
     from badc_replay.registry import get_engine
 
@@ -103,7 +104,7 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
             b = time.perf_counter() - t
             trace = None if level == "counts" else os.path.join(folder, f"{engine_name}-{level}-ab-{r}.badc")
             t = time.perf_counter()
-            engine.collect(cfg, "on", block, 1, start=lo, level=level, trace_path=trace)
+            collect(engine, cfg, "on", block, 1, start=lo, level=level, trace_path=trace)
             c = time.perf_counter() - t
             t_bare, t_level = t_bare + b, t_level + c
             ratios.append(b / c)
@@ -111,7 +112,7 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
 
     for cell in cells:
         if cell == "bare":
-            harness = engine.process_harness(cfg, "on")  # the levels' cells after it reuse it
+            harness = process_harness(engine, cfg, "on")  # the levels' cells after it reuse it
             out["bare"] = bare()
         elif cell in ("counts_ab", "full_ab"):
             alternating(AB_ROUNDS, cell.removesuffix("_ab"))
@@ -124,7 +125,7 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
             trace = None if cell == "counts" else os.path.join(folder, f"{engine_name}-{cell}.badc")
             arm, level, repair = ("repaired", "full", ENGINES[engine_name]["repair"]) if cell == "repaired" else \
                 ("on", cell, None)
-            engine.collect(cfg, arm, draws, 1, trace_path=trace, level=level, repair=repair,
+            collect(engine, cfg, arm, draws, 1, trace_path=trace, level=level, repair=repair,
                            progress=lambda done, resumed=False, marks=marks: marks.append((time.perf_counter(), done)))
             out[cell] = _loop_rate(marks)
             if trace is not None:  # collect replays its trace too; timed here on its own

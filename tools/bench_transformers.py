@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from badc_replay.arms import collect
 from badc_replay.engines import transformers as tf
 
 N = 400
@@ -35,7 +36,7 @@ def arm_rate(c: tf.TransformersConfig, arm: str, **kwargs) -> float:
     of a long and a short run."""
     def elapsed(n: int) -> float:
         t = time.perf_counter()
-        tf.ENGINE.collect(c, arm, n, 1, **kwargs)
+        collect(tf.ENGINE, c, arm, n, 1, **kwargs)
         return time.perf_counter() - t
 
     short = elapsed(SHORT)

@@ -42,6 +42,7 @@ processors = [{ name = "min_tokens", min_tokens = 3 }]
 
 PROBE = textwrap.dedent("""
     import sys, time
+    from badc_replay.arms import collect
     from badc_replay.engines.llama_cpp import ENGINE, Harness
     cfg = ENGINE.parse_config({"id": "P", "processors": [{"name": "min_tokens", "min_tokens": 3}],
         "sampling": {"temperature": 1.0},
@@ -55,7 +56,7 @@ PROBE = textwrap.dedent("""
     print(f"no probe: {base:,.0f} draws/s")
     for level in ("counts", "calls", "full"):
         t = time.perf_counter()
-        ENGINE.collect(cfg, "on", n, 1, trace_path=sys.argv[1] + level if level != "counts" else None, level=level)
+        collect(ENGINE, cfg, "on", n, 1, trace_path=sys.argv[1] + level if level != "counts" else None, level=level)
         rate = n / (time.perf_counter() - t)
         print(f"probe {level:6}: {rate:,.0f} draws/s ({rate / base:.2f} of unprobed; includes trace replay)")
 """)

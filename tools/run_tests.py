@@ -66,6 +66,12 @@ def main() -> int:
     print("=== ruff", flush=True)
     if subprocess.call([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT) != 0:
         failed_steps.append("ruff")
+    print("=== import layers (pyproject.toml, [tool.importlinter])", flush=True)
+    if subprocess.call([str(Path(sys.executable).with_name("lint-imports")), "--no-cache"], cwd=ROOT) != 0:
+        failed_steps.append("import layers")
+    print("=== mypy (pyproject.toml, [tool.mypy] files)", flush=True)
+    if subprocess.call([sys.executable, "-m", "mypy"], cwd=ROOT) != 0:
+        failed_steps.append("mypy")
     env = dict(os.environ)
     env.pop("BADC_BUILD", None)
     suites = [("core", (Path(sys.executable), ["tests", "--ignore=tests/engines", *extra], env, "core (.venv)"))]

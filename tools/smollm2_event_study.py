@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from badc_check.event_study import event_study, modal_first_token
+from badc_replay.arms import collect
 from badc_replay.engines.transformers import ENGINE
 
 REPAIR = "transformers/stateful-replay"
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         def progress(done: int, resumed: bool = False) -> None:
             say(f"{name}: {done}/{n}")
 
-        res = ENGINE.collect(cfg, badc_arm, n, args.seed, level="counts", repair=repair, progress=progress)
+        res = collect(ENGINE, cfg, badc_arm, n, args.seed, level="counts", repair=repair, progress=progress)
         path.write_text(json.dumps({"arm": name, "badc_arm": badc_arm, "repair": repair, "requests": n,
                                     "seed": args.seed, "proposed": res.proposed, "accepted": res.accepted,
                                     "elapsed_s": round(time.monotonic() - t, 1), "outcomes": res.outcomes}))

@@ -29,8 +29,10 @@ import sys
 import time
 from pathlib import Path
 
+from badc_replay.arms import collect
 from badc_replay.engines.transformers import ENGINE
-from badc_replay.scores import AGREE_TV, WITNESS_TV, score_study
+from badc_replay.score_study import score_study
+from badc_replay.scores import AGREE_TV, WITNESS_TV
 
 PROMPTS = {
     "P01": "Paris is the capital of France. The capital of France is Paris. Paris is",
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic()
             if key not in cells:
                 cfg = ENGINE.parse_config(config(arm, pid))
-                ENGINE.collect(cfg, "repaired" if repair else "on", args.per_prompt, args.seed, trace_path=trace,
+                collect(ENGINE, cfg, "repaired" if repair else "on", args.per_prompt, args.seed, trace_path=trace,
                                level="full", repair=repair)
             study = score_study([trace])
             cells[key] = {"arm": arm, "prompt": pid, "repair": repair, "requests": args.per_prompt,

@@ -123,7 +123,7 @@ def decide_config(config: dict[str, Any], laws: dict[str, Any], arms: dict[str, 
         c = arms["repaired"].contract
         contract = {k: c[k] for k in ("status", "calls", "violations", "requests", "violating_requests",
                                       "first_violation", "left_unchecked")}
-        object.__setattr__(d, "repair", dataclasses.replace(r, delta_b=db, contract=contract))
+        d = dataclasses.replace(d, repair=dataclasses.replace(r, delta_b=db, contract=contract))
     return d
 
 

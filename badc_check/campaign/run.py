@@ -11,6 +11,7 @@ INCONCLUSIVE with the reason, never dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import sys
@@ -47,6 +48,7 @@ from badc_replay.arms import checkpoint_interval
 from badc_replay.exact import UNSUPPORTED
 from badc_replay.registry import get_engine
 from badc_replay.results import ExactResult, ResultError, read_result
+from badc_trace.files import write_atomic
 
 RETRIES = 2  # a failed job is re-run this many times before its config is given up
 
@@ -317,9 +319,9 @@ def _run_campaign(campaign: Campaign, out: Path, *, workers: int, executor: str,
                                         confirm_look=recurred)
         d = folder.decision
         if conf_reads and missing(conf_reads):
-            object.__setattr__(d, "repair", not_attempted(config["repair"], f"confirmation jobs failed: {why}"))
+            d = dataclasses.replace(d, repair=not_attempted(config["repair"], f"confirmation jobs failed: {why}"))
         elif cid in selection.not_attempted and campaign.confirm_draws:
-            object.__setattr__(d, "repair", not_attempted(config["repair"], selection.not_attempted[cid]))
+            d = dataclasses.replace(d, repair=not_attempted(config["repair"], selection.not_attempted[cid]))
         resumed += folder.resumed
         decided[cid] = (folder.laws, folder.arms)
         results[cid] = {**d.to_dict(), "applied": config.get("applied", []), **_variant(config),
@@ -353,7 +355,7 @@ def _run_campaign(campaign: Campaign, out: Path, *, workers: int, executor: str,
         marker.unlink(missing_ok=True)
     name = "report-partial" if incomplete else "report"
     write_json(out / f"{name}.json", report)
-    (out / f"{name}.md").write_text(report_markdown(report))
+    write_atomic(out / f"{name}.md", report_markdown(report))
     if plots and not incomplete:
         from badc_check.plots import plot_campaign
 
@@ -450,7 +452,7 @@ def _exact_only(campaign: Campaign, out: Path, seal: dict[str, Any], refused: di
         marker.unlink(missing_ok=True)
     name = "report-partial" if pending else "report"
     write_json(out / f"{name}.json", report)
-    (out / f"{name}.md").write_text(report_markdown(report))
+    write_atomic(out / f"{name}.md", report_markdown(report))
     return report
 
 

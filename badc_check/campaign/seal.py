@@ -4,11 +4,11 @@ sealed for other inputs refused."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from badc_check.campaign.spec import Campaign, CampaignError
+from badc_trace.files import write_atomic
 
 
 def check_seal(campaign: Campaign, out: Path) -> dict[str, Any]:
@@ -43,6 +43,4 @@ def check_seal(campaign: Campaign, out: Path) -> dict[str, Any]:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, indent=1))

@@ -1,4 +1,4 @@
-"""The campaign file: read, validated completely, and the `Campaign` it describes (DESIGN.md,
+"""The campaign file: read, validated completely, and the `Campaign` it describes (docs/interfaces.md,
 "Campaign file"; `[defaults]` is merged into every `[[config]]`, `[campaign] include` brings other files'
 configs). Every key is checked before anything is sealed or run: an unknown key, a wrong type or a bad
 value is an error naming the file, the config id, the key and the nearest valid key.
@@ -22,12 +22,13 @@ import pydantic
 from badc_check.builds import load_builds
 from badc_check.confirmation import least_confirm_draws
 from badc_check.events import PILOT_RULE
-from badc_check.exact import EXACT_SOUNDNESS, EXACT_TOL, EXACT_WITNESS
+from badc_check.exact import EXACT_SOUNDNESS, EXACT_WITNESS
 from badc_check.looks import planned_looks
 from badc_check.selection import confirmation_m
-from badc_replay.engine import ConfigError, nearest, strict, validation_problems
+from badc_replay.exact import EXACT_TOL
 from badc_replay.registry import UnknownEngineError, engine_names, get_engine
 from badc_replay.repairs import known_repairs
+from badc_replay.validation import ConfigError, nearest, strict, validation_problems
 from badc_trace.checkpoints import enumerable
 from badc_trace.tiny import ModelSpecError, parse_model_spec
 

@@ -22,12 +22,12 @@ import numpy as np
 import pydantic
 from typing_extensions import TypedDict
 
-from badc_replay.contract import Violation
 from badc_replay.engine import Engine, SimulatorCheck, strict
 from badc_replay.enumeration import ExactLaw, enumerate_law
 from badc_replay.exact import SpeculativeLaw
 from badc_replay.records import RecordTally, returns_with_records
 from badc_replay.schema import ANY, BOOL, IDS, INT, MAP, NUMBER, REQ, SCORE, STR, ListOf, Record
+from badc_replay.violations import Violation
 from badc_trace.outcomes import format_outcome, parse_outcome
 
 RECORD_TOLERANCE = 1e-9  # float64 throughout: replay recomputes the same numbers

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from badc_trace.files import replacing
 from badc_trace.tiny import DEFAULT_PROMPT, cache_dir, normal
 
 DEFAULT_SEED = 3  # after the default prompt, every token has visible mass at the first step
@@ -75,9 +76,8 @@ def model_path(seed: int) -> Path:
     """The GGUF file for `tiny:SEED`, written once into the cache (atomically) and reused."""
     path = cache_dir() / f"llama_cpp-v{_FORMAT}-{seed}.gguf"
     if not path.exists():
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        write_gguf(seed, tmp)
-        os.replace(tmp, path)
+        with replacing(path) as tmp:
+            write_gguf(seed, tmp)
     return path
 
 

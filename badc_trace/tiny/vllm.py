@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
+from badc_trace.files import replacing
 from badc_trace.tiny import DEFAULT_PROMPT, cache_dir, normal
 
 DEFAULT_SEED = 1  # after the default prompt, every token has visible mass at the first step
@@ -107,13 +107,8 @@ def model_path(seed: int, size: int = 16) -> Path:
     reused."""
     path = cache_dir() / (f"vllm-v{_FORMAT}-{seed}" + ("" if size == 16 else f"-v{size}"))
     if not path.exists():
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        write_model_dir(seed, tmp, size)
-        try:
-            os.replace(tmp, path)
-        except OSError:  # another process won the race; its folder is identical
-            shutil.rmtree(tmp, ignore_errors=True)
+        with replacing(path) as tmp:  # another process may win the race: its folder is identical
+            write_model_dir(seed, tmp, size)
     return path
 
 

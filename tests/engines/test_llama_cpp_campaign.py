@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from badc_check.decide import FAILS, NOT_REJECTED, Arm, Config, decide
+from badc_replay.arms import collect
 from badc_replay.contract import replay_trace
 from badc_replay.engines import llama_cpp as lcp
 from badc_replay.worker import laws
@@ -39,8 +40,8 @@ def test_mirror_matches_engine_softmax_with_truncation():
 def test_calibration_against_20000_off_draws(api):
     c = cfg(api=api, id=f"cal-{api}")
     ref = lcp.ENGINE.reference_law(c).law
-    off = lcp.ENGINE.collect(c, "off", 20_000, 7)
-    on = lcp.ENGINE.collect(c, "on", 2_000, 7)
+    off = collect(lcp.ENGINE, c, "off", 20_000, 7)
+    on = collect(lcp.ENGINE, c, "on", 2_000, 7)
     d = decide(Config(c.id, Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref))
     assert d.calibration.passed is True and d.calibration.worst_excess <= 0.005
     assert d.decision == NOT_REJECTED and on.proposed > 0
@@ -61,9 +62,9 @@ def test_parity_processor_fails_with_witnesses_and_repair_removes_them(tmp_path)
     config = {**BASE, "id": "LCP-1", "processors": [{"name": "parity"}], "hypothesis": "H-D1-phys"}
     c = lcp.ENGINE.parse_config(config)
     law = laws(config, tmp_path)
-    on = lcp.ENGINE.collect(c, "on", 3000, 11, trace_path=str(tmp_path / "on.badc"))
-    off = lcp.ENGINE.collect(c, "off", 3000, 11, trace_path=str(tmp_path / "off.badc"))
-    rep = lcp.ENGINE.collect(c, "repaired", 3000, 11, trace_path=str(tmp_path / "rep.badc"),
+    on = collect(lcp.ENGINE, c, "on", 3000, 11, trace_path=str(tmp_path / "on.badc"))
+    off = collect(lcp.ENGINE, c, "off", 3000, 11, trace_path=str(tmp_path / "off.badc"))
+    rep = collect(lcp.ENGINE, c, "repaired", 3000, 11, trace_path=str(tmp_path / "rep.badc"),
                       repair="llama_cpp/logical-prefix")
     preds = {"allowed_tokens": lcp.ENGINE.predicate("allowed_tokens", c)}
     d = decide(Config("LCP-1", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
@@ -85,8 +86,8 @@ def test_min_tokens_fails_through_the_bound(tmp_path):
               "hypothesis": "H-D1-phys"}
     c = lcp.ENGINE.parse_config(config)
     law = laws(config, tmp_path)
-    on = lcp.ENGINE.collect(c, "on", 6000, 12, trace_path=str(tmp_path / "on.badc"))
-    off = lcp.ENGINE.collect(c, "off", 6000, 12)
+    on = collect(lcp.ENGINE, c, "on", 6000, 12, trace_path=str(tmp_path / "on.badc"))
+    off = collect(lcp.ENGINE, c, "off", 6000, 12)
     d = decide(Config("LCP-2", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
                       reference=law["reference"], hypothesis=(law["hypothesis"]["id"], law["hypothesis"]["law"])))
     assert d.decision == FAILS and d.witnesses.count == 0
@@ -103,7 +104,7 @@ def test_probe_records_calls_and_uninstrument_restores_everything(tmp_path):
     before_kv = internals.LlamaContext.__dict__["kv_cache_seq_rm"]
     c = cfg(processors=[{"name": "min_tokens", "min_tokens": 3}])
     trace = tmp_path / "t.badc"
-    res = lcp.ENGINE.collect(c, "on", 50, 3, trace_path=str(trace), level="full")
+    res = collect(lcp.ENGINE, c, "on", 50, 3, trace_path=str(trace), level="full")
     probe = LlamaCppInstrumentor()
     assert not probe.is_instrumented
     assert {n: llama.Llama.__dict__[n] for n in before} == before
@@ -118,8 +119,8 @@ def test_probe_records_calls_and_uninstrument_restores_everything(tmp_path):
     assert kinds["processor"] == kinds["sample"] and res.counters["proposed"] == res.proposed > 0
     # level counts takes a shorter path (no records, no prompt ids): the same counters, draw for draw
     # (both after the same draws: the reused Llama's first request rewinds a KV cache that is warm now)
-    counted = lcp.ENGINE.collect(c, "on", 50, 3, level="counts").counters
-    recorded = lcp.ENGINE.collect(c, "on", 50, 3, trace_path=str(tmp_path / "t2.badc"), level="calls").counters
+    counted = collect(lcp.ENGINE, c, "on", 50, 3, level="counts").counters
+    recorded = collect(lcp.ENGINE, c, "on", 50, 3, trace_path=str(tmp_path / "t2.badc"), level="calls").counters
     assert counted == recorded and counted["accepted"] > 0 and counted["kv_removals"] > 0, (counted, recorded)
     again = replay_trace(str(trace))
     assert again.violations > 0 and again.to_dict() == res.contract
@@ -181,7 +182,7 @@ def test_logprob_records_match_their_documented_value_and_a_planted_error_is_cau
 
     c = cfg(id="LCP-5", sampling={"temperature": 1.0, "logprobs": 10})
     for arm in ("off", "on"):
-        r = lcp.ENGINE.collect(c, arm, 800, 4, trace_path=str(tmp_path / f"{arm}.badc"))
+        r = collect(lcp.ENGINE, c, arm, 800, 4, trace_path=str(tmp_path / f"{arm}.badc"))
         assert r.records["draws"] == 800 and r.records["mismatch"] == 0, r.records["first_mismatch"]
     # The same check on a trace whose second record is off by 0.01 at position 2.
     h = lcp.Harness(c, speculative=False)
@@ -208,8 +209,8 @@ def test_logprob_records_match_their_documented_value_and_a_planted_error_is_cau
 def test_mirror_calibrates_for_each_mirrored_feature(extra):
     c = cfg(id="feat", **extra)
     ref = lcp.ENGINE.reference_law(c).law
-    off = lcp.ENGINE.collect(c, "off", 20_000, 8)
-    on = lcp.ENGINE.collect(c, "on", 2_000, 8)
+    off = collect(lcp.ENGINE, c, "off", 20_000, 8)
+    on = collect(lcp.ENGINE, c, "on", 2_000, 8)
     d = decide(Config(c.id, Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref))
     assert d.calibration.passed is True and set(off.outcomes) <= set(ref)
     assert d.decision == NOT_REJECTED and on.proposed > 0
@@ -301,3 +302,12 @@ def test_a_killed_shard_with_held_records_goes_on_from_its_checkpoint_draw_for_d
                                         kill_after=200, history=("kv_rm", "kv_removals"))
     assert straight["resumed"] == 0 and 200 <= resumed["resumed"] < 600
     assert same_shard(straight, resumed) and resumed["contract"]["calls"] > 0 and resumed["proposed"] > 0
+
+
+def test_llama_cpp_passes_the_conformance_kit(tmp_path):
+    from badc_replay.testing import PASSED, check_engine
+
+    control = {"id": "KIT", "max_new_tokens": 4, "sampling": {"temperature": 1.0},
+               "drafter": {"method": "prompt_lookup", "num_pred_tokens": 4, "max_ngram_size": 2}}
+    result = check_engine(lcp.ENGINE, control, tmp_path, draws=40)
+    assert all(c.status == PASSED for c in result.checks), result.summary()

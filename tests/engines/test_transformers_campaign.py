@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from badc_check.decide import FAILS, INCONCLUSIVE, NOT_REJECTED, Arm, Config, decide
+from badc_replay.arms import collect
 from badc_replay.contract import replay_trace
 from badc_replay.engines import transformers as tf
 from badc_replay.worker import laws
@@ -37,8 +38,8 @@ def test_calibration_against_10000_off_draws():
     c = cfg(id="cal")
     ref = tf.ENGINE.reference_law(c)
     assert abs(sum(ref.law.values()) - 1) < 1e-9 and len(ref.law) > 100
-    off = tf.ENGINE.collect(c, "off", 10_000, 7)
-    on = tf.ENGINE.collect(c, "on", 1_000, 7)
+    off = collect(tf.ENGINE, c, "off", 10_000, 7)
+    on = collect(tf.ENGINE, c, "on", 1_000, 7)
     d = decide(Config(c.id, Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref.law))
     assert d.calibration.passed is True and d.calibration.worst_excess <= 0.005
     assert d.decision == NOT_REJECTED and on.proposed > 500 and on.accepted > 0 and off.proposed == 0
@@ -101,9 +102,9 @@ def test_guidance_fails_compatible_with_its_hypothesis_and_the_repair_confirms(t
     law = laws(config, tmp_path)
     assert law["simulator_check"] <= 1e-6
     n = 500  # the effect is large (D 0.25 at 200,000 draws): 500 per arm decide it, in half the time of 1,000
-    on = tf.ENGINE.collect(c, "on", n, 11, trace_path=str(tmp_path / "on.badc"))
-    off = tf.ENGINE.collect(c, "off", n, 11, trace_path=str(tmp_path / "off.badc"))
-    rep = tf.ENGINE.collect(c, "repaired", n, 11, trace_path=str(tmp_path / "rep.badc"),
+    on = collect(tf.ENGINE, c, "on", n, 11, trace_path=str(tmp_path / "on.badc"))
+    off = collect(tf.ENGINE, c, "off", n, 11, trace_path=str(tmp_path / "off.badc"))
+    rep = collect(tf.ENGINE, c, "repaired", n, 11, trace_path=str(tmp_path / "rep.badc"),
                             repair="transformers/stateful-replay")
     d = decide(Config("HF-6", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
                       reference=law["reference"], hypothesis=(law["hypothesis"]["id"], law["hypothesis"]["law"])))
@@ -134,10 +135,10 @@ def test_the_same_repair_removes_the_synthid_state_difference(tmp_path):
     config = {"engine": "transformers", "id": "HF-7", "generation": {"watermarking_config": SYNTHID}}
     c = tf.ENGINE.parse_config(config)
     law = laws(config, tmp_path)
-    on = tf.ENGINE.collect(c, "on", 300, 12, trace_path=str(tmp_path / "on.badc"))
-    rep = tf.ENGINE.collect(c, "repaired", 300, 12, trace_path=str(tmp_path / "rep.badc"),
+    on = collect(tf.ENGINE, c, "on", 300, 12, trace_path=str(tmp_path / "on.badc"))
+    rep = collect(tf.ENGINE, c, "repaired", 300, 12, trace_path=str(tmp_path / "rep.badc"),
                      repair="transformers/stateful-replay")
-    off = tf.ENGINE.collect(c, "off", 300, 13, level="counts")
+    off = collect(tf.ENGINE, c, "off", 300, 13, level="counts")
     assert on.violations == 300 and on.contract["first_violation"]["kind"] == "D2"
     if VERSION == "5.12.0":  # its overshoot (more than L tokens) stays, named by D3 (see the guidance test)
         first = rep.contract["first_violation"]
@@ -159,8 +160,8 @@ def test_stop_string_completed_inside_a_block_gives_witnesses_and_d3(tmp_path):
     law = laws(config, tmp_path)
     assert sum(p for y, p in law["reference"].items() if pred(y)) == 0
     assert sum(p for y, p in law["hypothesis"]["law"].items() if pred(y)) > 0.001
-    on = tf.ENGINE.collect(c, "on", 3000, 5, trace_path=str(tmp_path / "on.badc"))
-    off = tf.ENGINE.collect(c, "off", 3000, 5, trace_path=str(tmp_path / "off.badc"))
+    on = collect(tf.ENGINE, c, "on", 3000, 5, trace_path=str(tmp_path / "on.badc"))
+    off = collect(tf.ENGINE, c, "off", 3000, 5, trace_path=str(tmp_path / "off.badc"))
     d = decide(Config("HF-P1", Arm(on.outcomes, on.violations, on.proposed), Arm(off.outcomes, off.violations),
                       reference=law["reference"], predicates={"stop_strings": pred}))
     assert d.decision == FAILS and d.witnesses.count > 0 and d.calibration.passed
@@ -175,7 +176,7 @@ def test_topk_with_repetition_penalty_drafts_nothing_and_is_inconclusive():
     # keeps the three unseen ones, so every proposal is cropped to nothing.
     c = cfg(generation={"temperature": 0.7, "top_k": 3, "top_p": 0.9, "repetition_penalty": 1.3})
     ref = tf.ENGINE.reference_law(c).law
-    on, off = tf.ENGINE.collect(c, "on", 500, 3), tf.ENGINE.collect(c, "off", 500, 3)
+    on, off = collect(tf.ENGINE, c, "on", 500, 3), collect(tf.ENGINE, c, "off", 500, 3)
     assert on.proposed == 0 and on.counters["drafter_calls"] > 0
     d = decide(Config("HF-3", Arm(on.outcomes, proposed=on.proposed), Arm(off.outcomes), reference=ref))
     assert d.decision == INCONCLUSIVE
@@ -186,11 +187,11 @@ def test_returned_scores_are_checked_against_the_kernel(tmp_path):
     # scores of the speculative arm come from the drifted processor state: channel R sees it.
     plain = cfg(generation={"output_scores": True, "return_dict_in_generate": True})
     for arm in ("off", "on"):
-        r = tf.ENGINE.collect(plain, arm, 300, 2, trace_path=str(tmp_path / f"p-{arm}.badc"))
+        r = collect(tf.ENGINE, plain, arm, 300, 2, trace_path=str(tmp_path / f"p-{arm}.badc"))
         assert r.records["draws"] == 300 and r.records["mismatch"] == 0, r.records
     guided = cfg(generation={"output_scores": True, "return_dict_in_generate": True, "guidance_scale": 1.5})
-    off = tf.ENGINE.collect(guided, "off", 200, 2, trace_path=str(tmp_path / "g-off.badc"))
-    on = tf.ENGINE.collect(guided, "on", 200, 2, trace_path=str(tmp_path / "g-on.badc"))
+    off = collect(tf.ENGINE, guided, "off", 200, 2, trace_path=str(tmp_path / "g-off.badc"))
+    on = collect(tf.ENGINE, guided, "on", 200, 2, trace_path=str(tmp_path / "g-on.badc"))
     assert off.records["mismatch"] == 0 and on.records["mismatch"] > 50
     assert on.records["first_mismatch"]["record"] == "scores"
 
@@ -198,7 +199,7 @@ def test_returned_scores_are_checked_against_the_kernel(tmp_path):
 @pytest.mark.skipif(VERSION != "5.12.0", reason="the length overshoot is a 5.12.0 defect")
 def test_5_12_returns_more_than_max_new_tokens():
     c = cfg(predicates=["max_new_tokens"])
-    on = tf.ENGINE.collect(c, "on", 3000, 1)
+    on = collect(tf.ENGINE, c, "on", 3000, 1)
     over = tf.ENGINE.predicate("max_new_tokens", c)
     assert sum(k for y, k in on.outcomes.items() if over(y)) > 0
 
@@ -206,7 +207,7 @@ def test_5_12_returns_more_than_max_new_tokens():
 def test_xgrammar_is_dominated_by_crashes():
     pytest.importorskip("xgrammar")
     c = cfg(processors=[{"name": "xgrammar", "grammar": 'root ::= [a-c]+ "d"?'}])
-    off, on = tf.ENGINE.collect(c, "off", 300, 4), tf.ENGINE.collect(c, "on", 300, 4)
+    off, on = collect(tf.ENGINE, c, "off", 300, 4), collect(tf.ENGINE, c, "on", 300, 4)
     crashes = sum(k for y, k in on.outcomes.items() if "|crash:" in y)
     assert sum(k for y, k in off.outcomes.items() if "|crash:" in y) == 0
     assert crashes > 100 and on.counters["crashes"] >= crashes
@@ -222,7 +223,7 @@ def test_probes_record_roles_and_leave_nothing_patched(tmp_path):
     classes = (("gm", GenerationMixin), ("cfg", lp.UnbatchedClassifierFreeGuidanceLogitsProcessor))
     before = {k: dict(vars(c)) for k, c in classes}
     c = cfg(generation={"guidance_scale": 1.5})
-    tf.ENGINE.collect(c, "on", 20, 1, trace_path=str(tmp_path / "t.badc"), level="full")
+    collect(tf.ENGINE, c, "on", 20, 1, trace_path=str(tmp_path / "t.badc"), level="full")
     recs = list(read_trace(str(tmp_path / "t.badc")))
     roles = {r["role"] for r in recs if r["type"] == "processor"}
     assert roles == {"filter", "verify"}
@@ -240,7 +241,7 @@ def test_probes_record_roles_and_leave_nothing_patched(tmp_path):
     probe.uninstrument()
     assert all(before["gm"][n] is vars(GenerationMixin)[n] for n in before["gm"])
     # counts level writes no per-call records
-    tf.ENGINE.collect(c, "off", 5, 1, trace_path=str(tmp_path / "c.badc"), level="counts")
+    collect(tf.ENGINE, c, "off", 5, 1, trace_path=str(tmp_path / "c.badc"), level="counts")
     assert [r["type"] for r in read_trace(str(tmp_path / "c.badc"))] == ["counts"]
 
 
@@ -322,7 +323,7 @@ def test_draft_model_settings_are_recorded_and_state_carried_between_requests_is
         path = str(tmp_path / f"{schedule}.badc")
         c = cfg(drafter={"method": "draft_model", "model": "tiny:11", "num_assistant_tokens": 2, "schedule": schedule,
                          **threshold})
-        res = tf.ENGINE.collect(c, "on", 40, 1, trace_path=path, level="calls")
+        res = collect(tf.ENGINE, c, "on", 40, 1, trace_path=path, level="calls")
         assert res.proposed > 0
         drafts = [r for r in read_trace(path) if r["type"] == "draft"]
         assert sum("settings" in r for r in drafts) == 40  # one per request, at its first drafter call
@@ -339,3 +340,12 @@ def test_draft_model_settings_are_recorded_and_state_carried_between_requests_is
         cfg(drafter={"method": "draft_model", "schedule": "sometimes"})
     with pytest.raises(ValueError, match=r"key 'drafter.confidence_threshold': Input should be a valid number.*'high'"):
         cfg(drafter={"method": "draft_model", "confidence_threshold": "high"})
+
+
+def test_transformers_passes_the_conformance_kit(tmp_path):
+    from badc_replay.testing import PASSED, check_engine
+
+    control = {"id": "KIT", "max_new_tokens": 3,
+               "drafter": {"method": "prompt_lookup", "num_tokens": 3, "max_ngram_size": 2}}
+    result = check_engine(tf.ENGINE, control, tmp_path, draws=40)
+    assert all(c.status == PASSED for c in result.checks), result.summary()

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from badc_check.builds import load_builds
+from badc_replay.arms import collect
 from badc_replay.engines.transformers import ENGINE
 
 BUILD = os.environ.get("BADC_BUILD", "")
@@ -20,8 +21,8 @@ def test_smollm2_chat_prompt_lookup_drawn_probed_and_replayed(tmp_path):
                                "prompt": "Repeat after me: the cat sat on the mat.",
                                "drafter": {"method": "prompt_lookup", "num_tokens": 4, "max_ngram_size": 2}})
     assert not ENGINE.enumerable(cfg)
-    on = ENGINE.collect(cfg, "on", 3, 11, level=ENGINE.trace_level, trace_path=str(tmp_path / "on.badc"))
-    off = ENGINE.collect(cfg, "off", 2, 11, level="counts")
+    on = collect(ENGINE, cfg, "on", 3, 11, level=ENGINE.trace_level, trace_path=str(tmp_path / "on.badc"))
+    off = collect(ENGINE, cfg, "off", 2, 11, level="counts")
     assert sum(on.outcomes.values()) == 3 and sum(off.outcomes.values()) == 2
     assert on.proposed > 0  # the answer repeats the prompt: prompt lookup drafts from it
     # plain sampling keeps the contract: every call of the on arm replayed (scores included), no violation

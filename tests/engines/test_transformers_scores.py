@@ -8,8 +8,10 @@ import sys
 
 import pytest
 
+from badc_replay.arms import collect
 from badc_replay.engines import transformers as tf
-from badc_replay.scores import AGREE_TV, WITNESS_TV, ScoresUnavailable, score_study
+from badc_replay.score_study import score_study
+from badc_replay.scores import AGREE_TV, WITNESS_TV, ScoresUnavailable
 from badc_trace.format import TraceWriter, read_trace
 
 N = 8
@@ -23,7 +25,7 @@ def _cache(tmp_path_factory, monkeypatch):
 def traced(tmp_path, name, generation=None, level="full", repair=None, **kw):
     c = tf.ENGINE.parse_config({"engine": "transformers", "id": name, "generation": generation or {}, **kw})
     path = str(tmp_path / f"{name}.badc")
-    tf.ENGINE.collect(c, "repaired" if repair else "on", N, 11, trace_path=path, level=level, repair=repair)
+    collect(tf.ENGINE, c, "repaired" if repair else "on", N, 11, trace_path=path, level=level, repair=repair)
     return path
 
 

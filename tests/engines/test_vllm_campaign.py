@@ -34,7 +34,8 @@ def cfg(**kw):
 
 def in_subprocess(code):
     """Run checks that need vLLM objects in this process in a fresh interpreter instead."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True)
+    code = "from badc_replay.arms import collect\n" + textwrap.dedent(code)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -188,9 +189,9 @@ def test_probes_uninstrument_restores_everything_and_check_versions(tmp_path):
         # greedy: draw for draw the same in the two collections below (random sampling is not, through
         # the temperature defect's uninitialized memory); one config, one LLM (see docs/engines/vllm.md)
         greedy = vl.ENGINE.parse_config({BASE | {"id": "p", "sampling": {"temperature": 0.0}}!r})
-        res = vl.ENGINE.collect(greedy, "on", 30, 3, trace_path=trace)
+        res = collect(vl.ENGINE, greedy, "on", 30, 3, trace_path=trace)
         # level counts takes a shorter path (no tags, no records): the same counters as level calls
-        counted = vl.ENGINE.collect(greedy, "on", 30, 3, level="counts").counters
+        counted = collect(vl.ENGINE, greedy, "on", 30, 3, level="counts").counters
         assert counted == res.counters and counted["accepted"] > 0, (counted, res.counters)
         from vllm.entrypoints.llm import LLM
         from vllm.v1.sample import rejection_sampler as rs
@@ -379,8 +380,8 @@ def test_a_planted_per_step_stop_string_check_is_found(tmp_path):
 
         detokenizer.bisect_left = lambda offsets, end, lo=0: len(offsets)  # keep every token of the step
         cfg = vl.ENGINE.parse_config({BASE | {"id": "planted", "sampling": {"temperature": 1.0, "stop": ["d"]}}!r})
-        res = vl.ENGINE.collect(cfg, "on", 1000, 4, trace_path={str(tmp_path / "t.badc")!r},
-                                applied=["vllm/cpu-expand"])
+        res = collect(vl.ENGINE, cfg, "on", 1000, 4, trace_path={str(tmp_path / "t.badc")!r},
+                      applied=["vllm/cpu-expand"])
         first = res.contract["first_violation"]
         assert res.contract["status"] == "broken" and first["kind"] == "D3", res.contract
         assert first["what"].startswith("returned ids") and len(first["seen"]["ids"]) > len(first["expected"]["ids"])
@@ -490,8 +491,8 @@ def test_a_planted_stale_grammar_state_is_found_by_contract_replay(tmp_path):
 
         StructuredOutputManager.grammar_bitmask = stale
         cfg = vl.ENGINE.parse_config({config!r})
-        res = vl.ENGINE.collect(cfg, "on", 300, 4, trace_path={str(tmp_path / "t.badc")!r},
-                                applied=["vllm/cpu-expand"])
+        res = collect(vl.ENGINE, cfg, "on", 300, 4, trace_path={str(tmp_path / "t.badc")!r},
+                      applied=["vllm/cpu-expand"])
         first = res.contract["first_violation"]
         assert res.contract["status"] == "broken" and first["kind"] == "D1", res.contract
         assert first["what"].startswith("draft row") and "apply_grammar_bitmask" in first["what"], first
@@ -644,3 +645,16 @@ def test_a_killed_shard_goes_on_from_its_checkpoint_draw_for_draw(tmp_path):
                                         level="calls", kill_after=vl.BATCH)
     assert straight["resumed"] == 0 and resumed["resumed"] == vl.BATCH
     assert same_shard(straight, resumed) and resumed["contract"]["calls"] > 0
+
+
+def test_vllm_passes_the_conformance_kit(tmp_path):
+    # Sampling at temperature 1 with the frozen cpu-expand repair applied (as shipped, draft rows read
+    # uninitialised temperatures: findings/vllm-0.32.0).
+    in_subprocess(f"""
+        from badc_replay.engines import vllm as vl
+        from badc_replay.testing import PASSED, check_engine
+
+        control = {BASE | {"id": "KIT", "sampling": {"temperature": 1.0}}!r}
+        result = check_engine(vl.ENGINE, control, {str(tmp_path)!r}, draws=40, applied=["vllm/cpu-expand"])
+        assert all(c.status == PASSED for c in result.checks), result.summary()
+        """)

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from badc_replay.contract import Violation
 from badc_replay.engine import Engine, SimulatorCheck
 from badc_replay.engines.llama_cpp.config import LlamaConfig
 from badc_replay.engines.llama_cpp.contract import check_request
@@ -36,6 +35,7 @@ from badc_replay.engines.llama_cpp.records import check_records
 from badc_replay.engines.llama_cpp.schema import RECORDS
 from badc_replay.enumeration import ExactLaw
 from badc_replay.exact import SpeculativeLaw
+from badc_replay.violations import Violation
 
 HYPOTHESES = {
     # H-D1-phys: processors read the evaluation buffer, logits are taken at the logical prefix.

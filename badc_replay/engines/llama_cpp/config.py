@@ -8,8 +8,8 @@ from typing import Annotated, Literal, Required
 import pydantic
 from typing_extensions import TypedDict
 
-from badc_replay.engine import strict
 from badc_replay.engines.llama_cpp.sampler import CREATE_COMPLETION_DEFAULTS
+from badc_replay.validation import strict
 
 
 @pydantic.with_config(pydantic.ConfigDict(extra="forbid", strict=True))
@@ -53,7 +53,7 @@ class LlamaStopping(TypedDict, total=False):
 
 @strict
 class LlamaConfig:
-    """The llama_cpp part of a campaign config (DESIGN.md, "Campaign file")."""
+    """The llama_cpp part of a campaign config (docs/interfaces.md, "Campaign file")."""
 
     id: str
     model: str = "tiny"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from badc_replay.contract import Violation
+from badc_replay.violations import Violation
 
 
 def check_request(records: list[dict[str, Any]], config: Mapping[str, Any]) -> list[Any]:

@@ -24,8 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from badc_replay.contract import Violation
-from badc_replay.diff import LogicalCall, processor_calls
+from badc_replay.calls import LogicalCall, processor_calls
 from badc_replay.engine import Engine, SimulatorCheck, nearest
 from badc_replay.engines.transformers.config import TransformersConfig
 from badc_replay.engines.transformers.contract import _text, check_request
@@ -39,6 +38,7 @@ from badc_replay.engines.transformers.simulator import HYPOTHESES, AssistedSimul
 from badc_replay.enumeration import ExactLaw
 from badc_replay.exact import SpeculativeLaw
 from badc_replay.scores import RequestScores
+from badc_replay.violations import Violation
 from badc_trace.checkpoints import ModelSpecError, enumerable, resolve_model
 from badc_trace.outcomes import parse_outcome
 

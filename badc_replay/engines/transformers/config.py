@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Required
 import pydantic
 from typing_extensions import TypedDict
 
-from badc_replay.engine import strict
+from badc_replay.validation import strict
 
 SCORE_TOLERANCE = 1e-4  # float32 scores from block and step evaluation differ by ~1e-6
 NEG_INF_FLOOR = -1e30  # scores at or below this are "masked"
@@ -38,7 +38,7 @@ class XgrammarProcessor(TypedDict):
 
 @strict
 class TransformersConfig:
-    """The transformers part of a campaign config (DESIGN.md, "Campaign file"). `generation` holds
+    """The transformers part of a campaign config (docs/interfaces.md, "Campaign file"). `generation` holds
     engine-native `generate()` keywords (checked against the installed GenerationConfig's,
     `check_native`); `drafter` is prompt lookup or a draft model."""
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from badc_replay.contract import RequestUnchecked, Violation
 from badc_replay.engines.transformers.config import NEG_INF_FLOOR, SCORE_TOLERANCE
 from badc_replay.engines.transformers.kernel import Kernel
+from badc_replay.violations import RequestUnchecked, Violation
 from badc_trace.portable import NotPortable
 
 NO_SCORES = ("D2 not checked: the trace has no scores (recorded at level calls); trace with `badc-trace --level "

@@ -27,8 +27,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from badc_replay.contract import Violation
-from badc_replay.diff import LogicalCall
+from badc_replay.calls import LogicalCall
 from badc_replay.engine import Engine, SimulatorCheck, nearest
 from badc_replay.engines.vllm.config import BATCH, VllmConfig
 from badc_replay.engines.vllm.contract import check_request, exposure, logical_calls
@@ -41,6 +40,7 @@ from badc_replay.engines.vllm.simulator import HYPOTHESES, NgramSimulator
 from badc_replay.engines.vllm.stops import first_stop
 from badc_replay.enumeration import ExactLaw
 from badc_replay.exact import SpeculativeLaw
+from badc_replay.violations import Violation
 from badc_trace.outcomes import parse_outcome
 
 

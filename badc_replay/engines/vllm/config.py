@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from typing_extensions import TypedDict
 
-from badc_replay.engine import strict
+from badc_replay.validation import strict
 
 MIRRORED_SAMPLING = {"temperature", "top_k", "top_p", "min_tokens", "stop_token_ids", "allowed_token_ids",
                      "bad_words", "stop", "include_stop_str_in_output",
@@ -34,7 +34,7 @@ class VllmDrafter(TypedDict, total=False):
 
 @strict
 class VllmConfig:
-    """The vllm part of a campaign config (DESIGN.md, "Campaign file"); `sampling` holds
+    """The vllm part of a campaign config (docs/interfaces.md, "Campaign file"); `sampling` holds
     `SamplingParams` keywords (checked against the installed vLLM's, `check_native`), `max_new_tokens`
     is `max_tokens`."""
 

@@ -7,12 +7,12 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from badc_replay.contract import RequestUnchecked, Violation
-from badc_replay.diff import LogicalCall
+from badc_replay.calls import LogicalCall
 from badc_replay.engines.vllm import grammar
 from badc_replay.engines.vllm.config import TEMPERATURE_TOLERANCE
 from badc_replay.engines.vllm.masks import banned
 from badc_replay.engines.vllm.stops import first_stop, returned_text
+from badc_replay.violations import RequestUnchecked, Violation
 from badc_trace.engines.vllm import CHILD, ONE_TOKEN
 
 
