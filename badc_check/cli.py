@@ -13,7 +13,7 @@ from badc_trace.files import write_json
 from badc_trace.tiny import ENGINES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -47,10 +47,10 @@ def _exit_with(command: str, configs: Iterable[Mapping[str, Any]], pending: Iter
     return result.exit_code
 
 
-def _write_plan(report: dict[str, Any], out: str) -> int:
+def _write_plan(configs: Sequence[dict[str, Any]], out: str) -> int:
     """`badc run --plan`: each config's planned draws per arm from its exact laws, to OUT/plan.json."""
     plan = {c["id"]: {"status": c["exact"]["status"], "tv": c["exact"]["tv"], "draws": c["exact"]["plan"]}
-            for c in report["configs"]}
+            for c in configs}
     path = f"{out}/plan.json"
     write_json(path, plan, indent=1)
     for cid, p in plan.items():
@@ -86,12 +86,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
               "complete the sealed roster, or add --partial for a report of the configs already done.",
               file=sys.stderr)
         return 130
-    name = "report-partial" if "pending" in report else "report"
     if args.plan:
-        return _write_plan(report, out)
-    print(open(f"{out}/{name}.md").read())
-    print(f"badc run: report in {out}/{name}.json and {out}/{name}.md ({report['elapsed_s']} s)", file=sys.stderr)
-    return _exit_with("badc run", report["configs"], report.get("pending", ()))
+        return _write_plan(report.configs, out)
+    print(open(f"{out}/{report.name}.md").read())
+    print(f"badc run: report in {out}/{report.name}.json and {out}/{report.name}.md ({report.elapsed_s} s)",
+          file=sys.stderr)
+    return _exit_with("badc run", report.configs, report.get("pending", ()))
 
 
 def _trace_set(path: str) -> list[str]:

@@ -3,6 +3,7 @@ with their simultaneous bounds and the reference law P."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def plot_config(path: Path, title: str, events: list[str], p_ref: np.ndarray | N
     plt.close(fig)
 
 
-def plot_campaign(out: Path, report: dict[str, Any],
+def plot_campaign(out: Path, report: Mapping[str, Any],
                   decided: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> list[Path]:
     """One PNG per decided config under out/plots/, the events with the largest |on - off| first.
     `decided` maps a config id to its laws and merged arms, as the runner decided them."""

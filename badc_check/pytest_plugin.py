@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:  # the plugin loads in every pytest session: the runner is imported when a test runs one
+    from badc_check.campaign.result import CampaignReport
 
 FAILS = "FAILS"
 
@@ -50,11 +53,11 @@ class BadcInternalError(RuntimeError):
 class BadcFixture:
     def __init__(self, tmp_path: Path):
         self.tmp_path = tmp_path
-        self.reports: list[dict[str, Any]] = []
+        self.reports: list[CampaignReport] = []
 
     def run(self, campaign: str | Path, *, draws: int | None = None, fail_on: tuple[str, ...] = (FAILS,),
             plots: bool = False, fail_on_broken_contract: bool = True, exact: bool = False,
-            exact_only: bool = False) -> dict[str, Any]:
+            exact_only: bool = False) -> CampaignReport:
         """Run a campaign file here; fail the calling test when a config's decision is in `fail_on`, its
         contract is broken or its exact channel DIFFERS (`exact`: beside the draws; `exact_only`: no
         draws); warn about what was left unchecked."""
@@ -86,10 +89,10 @@ class BadcFixture:
             e = c.get("exact") or {}
             return e.get("status") == DIFFERS or bool((e.get("sampled_against_mu") or {}).get("rejected"))
 
-        bad = [c for c in report["configs"] if c["decision"] in fail_on or differs(c)
+        bad = [c for c in report.configs if c["decision"] in fail_on or differs(c)
                or (fail_on_broken_contract and contract(c) == "broken")]
         # what the test does not fail on is still said: an unchecked part, an off-arm violation (VOID)
-        for line in outcome([c for c in report["configs"] if c not in bad]).lines("badc"):
+        for line in outcome([c for c in report.configs if c not in bad]).lines("badc"):
             warnings.warn(BadcUncheckedWarning(line), stacklevel=2)
         if bad:
             lines = [f"badc: {len(bad)} configuration(s) of {camp.name} {'/'.join(fail_on)} or with a broken "

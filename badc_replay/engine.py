@@ -11,7 +11,8 @@ Rules every engine keeps:
   validate configs and evaluate predicates, where the engine is not installed;
 - a request's records are contiguous in a trace (drafter records may interleave but carry the
   request id), and every record that is a call of the contract names its request;
-- the probe (badc_trace) exposes `last_request`, the request it finished last, with its `crash`.
+- the probe (badc_trace) keeps the probe contract of `BaseInstrumentor` (docs/engines/protocol.md):
+  requests through its `_new_request`/`_begin`/`_end` helpers, named counters.
 
 Live means "runs the engine" (`harness`, `collect`, `reference_law`, `hypothesis_law`,
 `simulator_check`, `check_native`, `check_records`, `replay_context`, `score_request`); offline means

@@ -14,7 +14,9 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
 
 import numpy as np
 import wrapt
@@ -22,8 +24,42 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from badc_trace.format import _LEAVES, _LEAVES_AND_LIST, _STR, TraceWriter
+from badc_trace.outcomes import format_outcome
+from badc_trace.portable import PLAIN, Allowlist
 
 LEVELS = ("counts", "calls", "full")
+
+
+class Counter(StrEnum):
+    """The counters a probe keeps (`TraceSink.count`), written to the trace's `counts` record at every
+    level. PROPOSED (draft tokens offered for verification) and ACCEPTED (those committed) are the
+    evidence that speculation was exercised: a probe that does not count them leaves every config
+    INCONCLUSIVE."""
+
+    REQUESTS = "requests"
+    PROPOSED = "proposed"
+    ACCEPTED = "accepted"
+    DRAFTER_CALLS = "drafter_calls"
+    PROCESSOR_CALLS = "processor_calls"
+    STOP_CHECKS = "stop_checks"
+    KV_REMOVALS = "kv_removals"
+    CRASHES = "crashes"
+    PROBE_ERRORS = "probe_errors"
+
+
+@dataclass(eq=False)
+class Request:
+    """One request as a probe follows it. `id` comes from the probe's own sequence (`_new_request`):
+    a campaign's arms renumber requests with draw indices through it, so a probe never makes ids of its
+    own. An engine's probe subclasses it for what else it follows per request."""
+
+    id: int
+    prompt: list[int] = field(default_factory=list)
+    crash: str | None = None  # the exception type of the request's first crash
+    outcome: str | None = None  # set when the request ends (badc_trace/outcomes.py)
+
+
+R = TypeVar("R", bound=Request)
 
 
 class UnsupportedVersionError(RuntimeError):
@@ -45,13 +81,13 @@ class TraceSink:
         # the engine's hot path. Fixed at construction: plain attributes, read several times per token.
         self.recording = writer is not None and level != "counts"
         self.full = writer is not None and level == "full"
-        self.counters: dict[str, int] = {"requests": 0, "proposed": 0, "accepted": 0, "drafter_calls": 0,
-                                         "processor_calls": 0, "stop_checks": 0, "kv_removals": 0, "crashes": 0,
-                                         "probe_errors": 0}
+        self.counters: dict[str, int] = dict.fromkeys(map(str, Counter), 0)
         self.lock = threading.Lock()
         self._held: list[dict[str, Any]] = []
 
-    def count(self, name: str, n: int = 1) -> None:
+    def count(self, name: Counter, n: int = 1) -> None:
+        if name not in self.counters:  # a misspelt counter would leave the real one at 0: a probe's defect
+            raise ValueError(f"unknown counter {name!r} (the counters: {', '.join(Counter)})")
         with self.lock:
             self.counters[name] = self.counters.get(name, 0) + n
 
@@ -220,6 +256,7 @@ class BaseInstrumentor:
     package: str = ""
     supported: str = ""
     hook: str = ""
+    portable_allowlist: Allowlist = PLAIN  # what recorded call arguments may hold (badc_trace/portable.py)
     _instances: dict[type, BaseInstrumentor] = {}
 
     def __new__(cls) -> BaseInstrumentor:  # one per engine, like OpenTelemetry's instrumentors
@@ -265,6 +302,7 @@ class BaseInstrumentor:
         self.sink = sink or TraceSink()
         self._local = threading.local()  # the request in progress, per thread
         self._ids = itertools.count()  # request ids (campaign workers set draw indices)
+        self.last_request: Request | None = None  # the request that ended last (`_end`)
         self._vocabs: set[Any] = set()  # tokenizers whose pieces this process's trace holds
         try:
             self._instrument(self.sink)
@@ -298,9 +336,42 @@ class BaseInstrumentor:
         """The request in progress on this thread (an engine module's request object), or None."""
         return getattr(self._local, "req", None)
 
+    def _new_request(self, cls: type[R] = Request, **fields: Any) -> R:  # type: ignore[assignment]
+        """A request with the next id of this probe's sequence."""
+        return cls(next(self._ids), **fields)
+
+    def _begin(self, req: R, record: dict[str, Any] | None = None, *, current: bool = True) -> R:
+        """`req` starts: counted, its request record written (`record`: the fields beside type and req;
+        none at level counts, where building it would cost the engine time), and, with `current`, it is
+        this thread's request in progress until `_end`."""
+        if current:
+            self._local.req = req
+        self.sink.count(Counter.REQUESTS)
+        if record is not None and self.sink.recording:
+            self.sink.emit({"type": "request", "req": req.id, **record})
+        return req
+
+    def _end(self, req: Request, outcome: str, record: dict[str, Any] | None = None) -> None:
+        """`req` ended with `outcome`: its return record written (`record`: the fields beside type, req
+        and outcome), it becomes `last_request` (harnesses read its crash there: an exception the
+        engine swallowed still makes the draw a crash), and no request is in progress on this thread."""
+        req.outcome = outcome
+        if self.sink.recording:
+            self.sink.emit({"type": "return", "req": req.id, **(record or {}), "outcome": outcome})
+        self.last_request = req
+        if getattr(self._local, "req", None) is req:
+            self._local.req = None
+
+    def _end_crashed(self, req: Request, where: str, e: BaseException, record: dict[str, Any] | None = None) -> None:
+        """`req` ended by an exception raised to its caller: the crash record, then its return as a
+        crash outcome (named after its first crash)."""
+        self._crash(req, where, e)
+        self._end(req, format_outcome([], f"crash:{req.crash}"),
+                  {"tokens": [], "finish_reason": "crash", **(record or {})})
+
     def _crash(self, req: Any, where: str, e: BaseException) -> None:
         """Record an exception; the request's outcome becomes a crash named after its first one."""
-        self.sink.count("crashes")
+        self.sink.count(Counter.CRASHES)
         if req is not None and req.crash is None:
             req.crash = type(e).__name__
         self.sink.emit({"type": "crash", "req": None if req is None else req.id, "where": where,
@@ -316,7 +387,7 @@ class BaseInstrumentor:
         try:
             found = pieces()
         except Exception:
-            self.sink.count("probe_errors")
+            self.sink.count(Counter.PROBE_ERRORS)
             return
         if found is not None:
             self.sink.emit({"type": "vocab", "name": str(key), "pieces": found})

@@ -13,23 +13,37 @@ import copyreg
 import hashlib
 import io
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 # What a recorded argument may be made of. A trace is data: unpickling may construct these classes and
 # values and call these rebuild functions, nothing else (no dotted names, no other function: pickle calls
 # whatever `find_class` returns, and torch.storage._load_from_bytes alone would run a nested, unrestricted
-# torch.load). Classes come from these module prefixes (processors, stopping criteria, generation configs)...
-CLASS_MODULE_PREFIXES = ("transformers.generation.", "xgrammar.")
-# ...and these modules exactly (dtypes, devices, containers)
+# torch.load). Classes come from these modules exactly (dtypes, devices, containers), and from the module
+# prefixes of the engine's own `Allowlist` (its probe declares it: processors, stopping criteria,
+# generation configs).
 CLASS_MODULES = frozenset({"torch", "numpy", "numpy.dtypes", "collections", "builtins"})
 ALLOWED_BUILTINS = frozenset({"set", "frozenset", "slice", "complex", "bytearray", "range", "object"})
 REBUILDERS = frozenset({("copyreg", "_reconstructor"), ("_codecs", "encode"),
                         ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
                         ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-                        ("badc_trace.portable", "_compiled_grammar"), ("badc_trace.portable", "_tensor"),
-                        ("badc_trace.portable", "Ref")})
+                        ("badc_trace.portable", "_tensor"), ("badc_trace.portable", "Ref")})
 DENIED_CLASSES = frozenset({("numpy", "memmap")})  # constructing one opens (and may truncate) a file
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    """What one engine's recorded arguments may hold beyond plain values, tensors and `Ref`s, declared by
+    its probe (`BaseInstrumentor.portable`): classes of these module prefixes, these rebuild functions
+    (module, name), and `reducers()` for its native objects that do not pickle (type -> reducer)."""
+
+    class_prefixes: tuple[str, ...] = ()
+    rebuilders: frozenset[tuple[str, str]] = frozenset()
+    reducers: Callable[[], dict[type, Any]] | None = None
+
+
+PLAIN = Allowlist()  # plain values, tensors and references only
 
 
 class NotPortable(Exception):
@@ -52,12 +66,6 @@ class Ref:
 LOAD_KEYS = ("gguf_file", "subfolder", "revision", "variant")
 
 
-def _compiled_grammar(grammar_json: str, tokenizer_json: str) -> Any:
-    import xgrammar as xgr
-
-    return xgr.CompiledGrammar.deserialize_json(grammar_json, xgr.TokenizerInfo.deserialize_json(tokenizer_json))
-
-
 def _tensor(data: bytes, dtype: str, shape: list[int]) -> Any:
     import numpy as np
     import torch
@@ -65,7 +73,7 @@ def _tensor(data: bytes, dtype: str, shape: list[int]) -> Any:
     return torch.from_numpy(np.frombuffer(data, dtype=dtype).reshape(shape).copy())
 
 
-def _reducers() -> dict[type, Any]:
+def _reducers(allow: Allowlist) -> dict[type, Any]:
     out: dict[type, Any] = {}
     try:  # tensors as bytes, dtype and shape: torch's own reducer goes through an unrestricted torch.load
         import torch
@@ -77,22 +85,13 @@ def _reducers() -> dict[type, Any]:
         out[torch.Tensor] = tensor
     except ImportError:
         pass
-    try:  # xgrammar's compiled grammars are native objects with their own JSON form
-        import xgrammar as xgr
-
-        def grammar(g: Any) -> tuple[Any, tuple[str, str]]:
-            return _compiled_grammar, (g.serialize_json(), g.tokenizer_info.serialize_json())
-
-        out[xgr.CompiledGrammar] = grammar
-    except ImportError:
-        pass
-    return out
+    return {**out, **(allow.reducers() if allow.reducers else {})}
 
 
-def dumps(obj: Any) -> bytes:
+def dumps(obj: Any, allow: Allowlist = PLAIN) -> bytes:
     buf = io.BytesIO()
     p = pickle.Pickler(buf, protocol=4)
-    p.dispatch_table = {**copyreg.dispatch_table, **_reducers()}
+    p.dispatch_table = {**copyreg.dispatch_table, **_reducers(allow)}
     try:
         p.dump(obj)
     except Exception as e:  # a user's own processor class, a lambda, a native handle
@@ -101,15 +100,20 @@ def dumps(obj: Any) -> bytes:
 
 
 class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, allow: Allowlist):
+        super().__init__(io.BytesIO(data))
+        self.allow = allow
+
     def find_class(self, module: str, name: str) -> Any:
+        prefixes = self.allow.class_prefixes
         refused = NotPortable(f"the recorded arguments hold {module}.{name}, which replay does not load (only "
-                              f"classes of {', '.join(m.rstrip('.') for m in CLASS_MODULE_PREFIXES)} and plain "
-                              "values: a trace is data)")
-        if (module, name) in REBUILDERS:
+                              f"classes of {', '.join(m.rstrip('.') for m in prefixes) or 'no engine module'} "
+                              "and plain values: a trace is data)")
+        if (module, name) in REBUILDERS or (module, name) in self.allow.rebuilders:
             return super().find_class(module, name)
         if ("." in name or name.startswith("_") or (module, name) in DENIED_CLASSES
                 or (module == "builtins" and name not in ALLOWED_BUILTINS)
-                or not (module in CLASS_MODULES or module.startswith(CLASS_MODULE_PREFIXES))):
+                or not (module in CLASS_MODULES or (prefixes and module.startswith(prefixes)))):
             raise refused
         found = super().find_class(module, name)
         if callable(found) and not isinstance(found, type):  # a function: pickle would call it
@@ -117,9 +121,9 @@ class _Unpickler(pickle.Unpickler):
         return found
 
 
-def loads(data: bytes) -> Any:
+def loads(data: bytes, allow: Allowlist = PLAIN) -> Any:
     try:
-        return _Unpickler(io.BytesIO(data)).load()
+        return _Unpickler(data, allow).load()
     except NotPortable:
         raise
     except Exception as e:

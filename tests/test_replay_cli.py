@@ -157,6 +157,7 @@ def test_recorded_arguments_load_only_allowlisted_classes():
     import pytest
 
     from badc_trace import portable
+    from badc_trace.engines.transformers import TransformersInstrumentor
 
     data = {"kwargs": {"max_new_tokens": 3, "order": collections.OrderedDict(a=1)},
             "ref": portable.Ref("model", "/models/x", "float32")}
@@ -181,8 +182,19 @@ def test_recorded_arguments_load_only_allowlisted_classes():
                          ("transformers.dynamic_module_utils", "get_class_from_dynamic_module")):
         blob = b"\x80\x04\x8c" + bytes([len(module)]) + module.encode() + b"\x8c" + bytes([len(name)]) + \
             name.encode() + b"\x93\x8c\x04echo\x85R."  # STACK_GLOBAL module.name, then call it with ("echo",)
-        with pytest.raises(portable.NotPortable, match="a trace is data|No module named"):  # torch not here
-            portable.loads(blob)
+        for allow in (portable.PLAIN, TransformersInstrumentor.portable_allowlist):  # the engine's widens it
+            with pytest.raises(portable.NotPortable, match="a trace is data|No module named"):  # torch not here
+                portable.loads(blob, allow)
+    # an engine's classes load only with that engine's allowlist, which its probe declares
+    from collections import OrderedDict
+
+    blob = portable.dumps({"x": OrderedDict(a=1)})
+    allowed = pickle.dumps(portable.Allowlist(class_prefixes=("badc_trace.portable",)))
+    assert portable.loads(blob) == {"x": OrderedDict(a=1)}
+    with pytest.raises(portable.NotPortable, match="badc_trace.portable.Allowlist.*no engine module"):
+        portable.loads(allowed)
+    assert portable.loads(allowed, portable.Allowlist(class_prefixes=("badc_trace.portable",))) == \
+        portable.Allowlist(class_prefixes=("badc_trace.portable",))
 
 
 def test_diff_takes_a_runs_trace_set_like_replay(tmp_path, capsys):

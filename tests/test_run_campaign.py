@@ -2,6 +2,7 @@
 subprocesses, seal, report, plots, anytime looks, failure safety, executors. The real engines' campaigns
 are in tests/engines/ (test_*_campaign.py); the built-in campaign's test here reads the real builds."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import pytest
 
 from badc_check.builds import load_builds
 from badc_check.campaign import BUILTIN, CampaignError, installed_only, load_campaign, run_campaign
+from badc_check.campaign.result import CampaignReport
 from badc_check.outcome import outcome
 from tests.shard_resume import kill_and_resume, same_shard
 
@@ -102,6 +104,12 @@ def test_run_writes_report_plots_and_refuses_changed_inputs(tmp_path):
     assert report["m"] == 3 and report["interrupted"] is False
     saved = json.loads((out / "report.json").read_text())
     assert saved["seal"] == report["seal"] == json.loads((out / "seal.json").read_text())["seal"]
+    # a frozen typed report, and report.json is written from it (the mapping view reads as the file does)
+    assert isinstance(report, CampaignReport) and report.complete and report.name == "report"
+    assert saved == report.to_dict() == dict(report) and "pending" not in report
+    assert report.configs[0] is report["configs"][0] and report.m == 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.m = 4
     assert "| PAR | toy |" in (out / "report.md").read_text()
     assert (out / "plots" / "PAR.png").read_bytes()[:4] == b"\x89PNG"
     assert len(list((out / "traces" / "PAR").glob("on-*.badc"))) == 3
@@ -467,6 +475,8 @@ def test_partial_report_decides_finished_configs_with_the_final_m_and_runs_nothi
     report = run_campaign(load_campaign(path), half, partial=True, **QUIET)
 
     assert report["m"] == final["m"] == 3
+    assert not report.complete and report.name == "report-partial" and len(report.pending) == 2
+    assert json.loads((half / "report-partial.json").read_text()) == report.to_dict()
     assert [c["id"] for c in report["configs"]] == ["NEG"]
     neg = next(c for c in final["configs"] if c["id"] == "NEG")
     assert report["configs"][0]["decision"] == neg["decision"] and report["configs"][0]["D"] == neg["D"]

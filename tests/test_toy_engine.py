@@ -121,6 +121,43 @@ def test_the_probe_leaves_nothing_patched():
     assert {n: ToyEngine.__dict__[n] for n in names} == before and not probe.is_instrumented
 
 
+def test_the_probe_contract_is_the_base_class_s(tmp_path):
+    # Ids from the probe's own sequence (the arms renumber through it), the request in progress and
+    # `last_request` kept by BaseInstrumentor's begin/end helpers, a crash outcome named after the first
+    # crash, and named counters: a misspelt one is refused instead of leaving `proposed` at 0.
+    import itertools
+
+    from badc_toy.engine import ToyEngine, ToyModel
+    from badc_trace.engines.toy import ToyInstrumentor
+    from badc_trace.format import TraceWriter, read_trace
+    from badc_trace.instrument import Counter, Request, TraceSink
+    from badc_trace.outcomes import format_outcome
+
+    engine = ToyEngine(ToyModel(0), speculative=True, processors=[{"name": "min_tokens", "min_tokens": 2}])
+    probe = ToyInstrumentor()
+    with TraceWriter(tmp_path / "t.badc", engine="toy", build="0.1.0") as w:
+        sink = TraceSink(w, level="calls")
+        probe.instrument(sink)
+        try:
+            probe._ids = itertools.count(40)
+            engine.generate([1, 2, 1, 2], 6, lambda p: int(p.argmax()))
+            first = probe.last_request
+            assert isinstance(first, Request) and first.id == 40 and first.crash is None and probe._req is None
+            with pytest.raises(ZeroDivisionError):
+                engine.generate([1, 2], 6, lambda p: 1 // 0)
+            crashed = probe.last_request
+            assert crashed.id == 41 and crashed.crash == "ZeroDivisionError" and probe._req is None
+            assert crashed.outcome == format_outcome([], "crash:ZeroDivisionError")
+        finally:
+            probe.uninstrument()
+    assert sink.counters[Counter.REQUESTS] == 2 and sink.counters[Counter.PROPOSED] > 0
+    with pytest.raises(ValueError, match="unknown counter 'propsed'"):
+        sink.count("propsed")
+    returns = {r["req"]: r for r in read_trace(tmp_path / "t.badc") if r["type"] == "return"}
+    assert returns[40]["outcome"] == first.outcome and returns[41]["finish_reason"] == "crash"
+    assert [r["type"] for r in read_trace(tmp_path / "t.badc") if r.get("req") == 41][-2:] == ["crash", "return"]
+
+
 CAMPAIGN = """
 [campaign]
 name = "toy"

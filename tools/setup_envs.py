@@ -29,7 +29,7 @@ from badc_check.builds import READY_STAMP, Build, load_builds  # noqa: E402  (st
 
 COMMON = ["pytest>=8", "scipy>=1.11"]  # scipy: workers decide next to the engine in tests
 MAIN_EXTRAS = "check,test"
-MAIN_EXTRA_REQS = ["matplotlib>=3.8", "ray==2.60.0"]  # ray: the --executor ray campaigns and their test
+MAIN_EXTRA_REQS = ["ray==2.60.0"]  # the --executor ray campaigns and their test
 MAIN_DISK_GB = 0.8  # .venv once installed (measured)
 HEADROOM_GB = 1.0  # pip unpacks wheels and compiles next to what it installs
 _print_lock = threading.Lock()

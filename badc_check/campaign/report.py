@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from badc_check.confirmation import WITNESS_LIMIT
@@ -10,7 +11,7 @@ from badc_check.delta_b import delta_b_line
 from badc_check.exact import NOTE, exact_cell, exact_lines
 
 
-def exact_only_markdown(report: dict[str, Any]) -> str:
+def exact_only_markdown(report: Mapping[str, Any]) -> str:
     """`badc run --exact-only`: the exact channel of every config, no draws."""
     lines = [f"# badc report: {report['campaign']} (exact channel only)", "",
              f"Seal `{report['seal'][:16]}`; tolerance {report['exact_tol']:g}; threshold {report['threshold']}. "
@@ -41,7 +42,7 @@ def exact_only_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report_markdown(report: dict[str, Any]) -> str:
+def report_markdown(report: Mapping[str, Any]) -> str:
     if report.get("exact_only"):
         return exact_only_markdown(report)
 

@@ -17,6 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,6 +34,7 @@ from badc_check.campaign.merge import (
 from badc_check.campaign.plan import Chain, Job, confirmation_jobs, discovery_jobs, exact_job
 from badc_check.campaign.progress import Progress
 from badc_check.campaign.report import report_markdown
+from badc_check.campaign.result import ABSENT, CampaignReport
 from badc_check.campaign.seal import check_seal, write_json
 from badc_check.campaign.spec import Campaign, CampaignError
 from badc_check.campaign.validate import validate_native
@@ -43,7 +45,7 @@ from badc_check.decide import INCONCLUSIVE, ConfigDecision, event_family
 from badc_check.exact import exact_report, sampled_against_mu
 from badc_check.looks import planned_looks
 from badc_check.marginals import marginal_study
-from badc_check.selection import joined, select_confirmations, without_hypothesis_events
+from badc_check.selection import Selection, joined, select_confirmations, without_hypothesis_events
 from badc_replay.arms import checkpoint_interval
 from badc_replay.exact import UNSUPPORTED
 from badc_replay.registry import get_engine
@@ -81,23 +83,149 @@ def hold_folder(out: Path) -> IO[str]:
 
 def run_campaign(campaign: Campaign, out: str | Path, *, workers: int = 2, executor: str = "local",
                  log: Callable[[str], None] | None = None, plots: bool = True, partial: bool = False,
-                 only: list[str] | None = None) -> dict[str, Any]:
+                 only: list[str] | None = None) -> CampaignReport:
     """Run the sealed roster's missing jobs, then decide every config. With `partial`, run nothing:
     decide the configs whose jobs are all done (with the whole roster's m, so their bounds are the
     final ones), list the others as pending, and write report-partial.json and .md. With `only`, run
     just those configs' jobs (the roster, its seal and m stay whole, so the draws and bounds are the
     ones a full run gives) and write the partial report, or the full one once every job is done.
 
-    Discovery (laws, off and on arms) runs first; then the configs selected for confirmation
-    (badc_check/selection.py: one eligible, calibrated, compatible FAILS per cause and build, by sealed
-    priority) get their confirmation arms."""
+    The stages, in order, each over one `CampaignRun`: `plan` (jobs per config, and which run here),
+    `exact` (the exact channel, first: seconds per config, and beside the draws it never changes a
+    decision), `draw` (discovery: laws, off and on arms), `decide`, `select` (the configs to confirm:
+    badc_check/selection.py, one eligible, calibrated, compatible FAILS per cause and build, by sealed
+    priority), `confirm` (their confirmation arms, and each config's row) and `report`."""
     with WarmWorkers() as warm:  # validation's workers, each kept for its build's first job
-        return _run_campaign(campaign, Path(out), workers=workers, executor=executor, log=log, plots=plots,
-                             partial=partial, only=only, warm=warm if executor == "local" else None)
+        run = start(campaign, Path(out), workers=workers, executor=executor, log=log, partial=partial, only=only,
+                    warm=warm if executor == "local" else None)
+        plan(run)
+        exact(run)
+        if campaign.exact != "only":
+            draw(run)
+            decide(run)
+            select(run)
+            confirm(run)
+        return report(run, plots=plots)
 
 
-def _run_campaign(campaign: Campaign, out: Path, *, workers: int, executor: str, log: Callable[[str], None] | None,
-                  plots: bool, partial: bool, only: list[str] | None, warm: WarmWorkers | None) -> dict[str, Any]:
+@dataclass
+class CampaignRun:
+    """One `badc run` from its start to its report: what each stage reads and what it leaves for the next
+    (the fields below the first block are each filled by the stage named beside them)."""
+
+    campaign: Campaign
+    out: Path
+    partial: bool
+    only: list[str] | None
+    log: Callable[[str], None]
+    executor: Executor
+    progress: Progress
+    seal: dict[str, Any]
+    marker: Path  # OUT/RUNNING while a run is in progress
+    interrupted_before: bool  # an earlier run left its marker
+    refused: dict[str, str]  # config id -> the engine's message: it will not run it with speculation
+    lock: IO[str]  # held until this run ends, however it ends
+    started: float = field(default_factory=time.monotonic)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)  # report rows (plan: refused; confirm)
+    plans: dict[str, list[Job]] = field(default_factory=dict)  # plan: each config's discovery jobs
+    pythons: dict[str, str] = field(default_factory=dict)  # plan: the interpreter of each config's build
+    unbuilt: dict[str, str] = field(default_factory=dict)  # plan: config id -> why its build cannot run here
+    chosen: set[str] = field(default_factory=set)  # plan: the configs this run runs
+    exact: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # exact: report.json's `exact`
+    exact_laws: dict[str, Any] = field(default_factory=dict)  # exact: the worker's laws, for the arm against mu
+    reused: int = 0  # draw, confirm: jobs whose files an earlier run left
+    incomplete: bool = False  # decide: the report is partial (asked for, or --only left other configs' jobs)
+    found: dict[str, FolderDecision] = field(default_factory=dict)  # decide: discovery decisions
+    selection: Selection = field(default_factory=lambda: Selection(attempts=()))  # select
+    confirm: dict[str, list[Job]] = field(default_factory=dict)  # select: confirmation jobs per config
+    decided: dict[str, tuple[dict[str, Any], dict[str, MergedArm]]] = field(default_factory=dict)  # confirm
+    pending: list[dict[str, Any]] = field(default_factory=list)  # confirm: configs not decided yet
+    resumed: int = 0  # confirm: draws that shards took over from checkpoints of cut-off runs
+
+    def missing(self, jobs: list[Job]) -> list[Job]:
+        return [j for j in jobs if not j.output(self.out).exists()]
+
+    def failed(self, cid: str, jobs: list[Job]) -> str | None:
+        """Why `jobs` are not done, when this run tried them RETRIES + 1 times."""
+        left = self.missing(jobs)
+        return (f"{len(left)} job(s) failed after {RETRIES + 1} attempts (first: {left[0].label})"
+                if left and not self.partial and cid in self.chosen else None)
+
+    def grouped(self, jobs: list[Job]) -> list[Job | Chain]:
+        """Laws or exact-channel jobs of configs on one build and model share a worker (one engine start);
+        with fewer groups than workers, the largest is halved until every worker has one."""
+        left: dict[tuple[str, str], list[Job]] = {}
+        for j in jobs:
+            left.setdefault((self.pythons[j.cid], str(j.config.get("model"))), []).append(j)
+        groups = list(left.values())
+        while len(groups) < self.executor.workers and max(map(len, groups), default=0) > 1:
+            big = max(groups, key=len)
+            groups.remove(big)
+            groups += [big[::2], big[1::2]]
+        return [group[0] if len(group) == 1 else Chain(group) for group in groups]
+
+    def run_jobs(self, todo: Callable[[], list[Job | Chain]],
+                 skip: Callable[[Job | Chain], bool] = lambda job: False) -> None:
+        """The jobs `todo()` names, then again those it still names (failed ones), RETRIES times at most."""
+        out, seed, seal = self.out, self.campaign.seed, self.seal["seal"]
+        for attempt in range(RETRIES + 1):
+            left = todo()
+            if not left:
+                return
+            if attempt:
+                self.log(f"retrying {len(left)} failed job(s) (attempt {attempt + 1})")
+            self.executor.run([(j, j.command(self.pythons[j.cid], out / "configs" / f"{j.cid}.json", out, seed, seal))
+                               for j in left], out, seed, seal, skip=skip)
+
+    def run_arms(self, jobs: dict[str, list[Job]],
+                 watcher: Callable[[dict[str, list[Job]]], StopWatcher] | None = None) -> None:
+        """Laws queued first (a config without its laws cannot be decided), then every shard, retried on
+        failure.
+        With a `watcher` (discovery under --anytime, confirmation under confirm_anytime), each arm's
+        shards, one per look, run in turn in one worker process, and the arms the watcher stops (a config
+        a look decided, an unrepaired arm a look showed recurring) begin no more of them."""
+        out, progress = self.out, self.progress
+        self.reused += sum(1 for js in jobs.values() for j in js if j.output(out).exists())
+        for cid, js in jobs.items():  # so the progress and time left are this run's
+            for j in js if cid in self.chosen else ():
+                if j.count:  # shards, and the pilot of a model without an exact law
+                    progress.totals[(cid, j.arm)] = progress.totals.get((cid, j.arm), 0) + j.count
+                    if j.output(out).exists():
+                        progress.done[(cid, j.arm)] = progress.done.get((cid, j.arm), 0) + j.count
+                        progress.timed(j.output(out))
+        if self.partial:
+            return
+        wanted = {cid: js for cid, js in jobs.items() if cid in self.chosen}
+
+        def laws() -> list[Job | Chain]:
+            """Queued first; shards follow without waiting for the last of them."""
+            return self.grouped([js[0] for js in wanted.values()
+                                 if js[0].kind == "laws" and not js[0].count and not js[0].output(out).exists()])
+        # a sealed pilot (a model without an exact law) is drawn before any decision draw, as documented
+        self.run_jobs(lambda: [j for js in wanted.values() for j in js
+                               if j.kind == "laws" and j.count and not j.output(out).exists()])
+        if watcher is None:
+            self.run_jobs(lambda: [*laws(), *(j for js in wanted.values() for j in js
+                                              if j.kind == "shard" and not j.output(out).exists())])
+            return
+        # each arm's shards (one per look) in one worker process, a config's arms side by side; the watcher
+        # decides each look as its shards land and stops the chains it no longer needs
+        with watcher(wanted) as watch:
+            def chains() -> list[Job | Chain]:
+                made: list[Job | Chain] = laws()
+                for cid, js in wanted.items():
+                    for arm in dict.fromkeys(j.arm for j in js if j.kind == "shard"):
+                        left = [j for j in js if j.kind == "shard" and j.arm == arm and not j.output(out).exists()]
+                        if left and not watch.stops(left[0]):
+                            made.append(Chain(left, watch.stop_file(cid) if arm in watch.arms else None))
+                return made
+            self.run_jobs(chains, skip=watch.stops)
+
+
+def start(campaign: Campaign, out: Path, *, workers: int, executor: str, log: Callable[[str], None] | None,
+          partial: bool, only: list[str] | None, warm: WarmWorkers | None) -> CampaignRun:
+    """Check what the command asks before anything is sealed or run (engine-native keys judged by each
+    build), then hold the folder, seal it (or check the seal an earlier run left) and mark the run."""
     if partial and not (out / "seal.json").exists():
         raise CampaignError(f"{out} holds no sealed campaign to report on")
     if only is not None:
@@ -111,11 +239,9 @@ def _run_campaign(campaign: Campaign, out: Path, *, workers: int, executor: str,
     except ValueError as e:
         raise CampaignError(str(e)) from None
     stall_limit()
-    refused: dict[str, str] = {}  # config id -> the engine's message: it will not run it with speculation
-    if not partial:  # engine-native keywords, judged by each build before anything is sealed
-        refused = validate_native(campaign, executor, warm)
+    refused = {} if partial else validate_native(campaign, executor, warm)
     out.mkdir(parents=True, exist_ok=True)
-    _held = hold_folder(out)  # until this run ends, however it ends
+    lock = hold_folder(out)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     seal = check_seal(campaign, out)
     needed = campaign.confirm_draws_needed
@@ -130,237 +256,195 @@ def _run_campaign(campaign: Campaign, out: Path, *, workers: int, executor: str,
         if interrupted_before:
             log(f"{out}: an earlier run was interrupted; completing its sealed roster")
         marker.write_text(str(os.getpid()))
-    start = time.monotonic()
-    results: dict[str, dict[str, Any]] = {}
     progress = Progress(log=log, engines={c["id"]: f"{c['engine']}-{c['build']}" for c in campaign.configs})
-    plans: dict[str, list[Job]] = {}
-    pythons: dict[str, str] = {}
-    unbuilt: dict[str, str] = {}  # config id -> why its build cannot run here
+    return CampaignRun(campaign=campaign, out=out, partial=partial, only=only, log=log,
+                       executor=Executor(executor, workers, progress, log, warm), progress=progress, seal=seal,
+                       marker=marker, interrupted_before=interrupted_before, refused=refused, lock=lock)
+
+
+def plan(run: CampaignRun) -> None:
+    """Each config's discovery jobs and its build's interpreter; a config its engine refused is reported
+    INCONCLUSIVE and planned nothing, one whose build is not here runs nothing (what earlier runs left
+    elsewhere still decides it)."""
+    campaign, out = run.campaign, run.out
     for c in campaign.configs:
         try:
-            inline = executor == "inline"
-            pythons[c["id"]] = sys.executable if inline else str(build_for(c["engine"], c["build"]).python)
-        except LookupError as e:  # nothing of it runs here; what earlier runs (elsewhere) left still decides it
-            unbuilt[c["id"]] = str(e)
-        if c["id"] in refused:  # a documented limitation of the engine: reported, never drawn or decided
-            results[c["id"]] = {**inconclusive(c, f"refused by {c['engine']} {c['build']} with speculation on: "
-                                                  f"{refused[c['id']]} (a limitation of the engine, not a pass)"),
-                                "refused": refused[c["id"]]}
+            inline = run.executor.kind == "inline"
+            run.pythons[c["id"]] = sys.executable if inline else str(build_for(c["engine"], c["build"]).python)
+        except LookupError as e:
+            run.unbuilt[c["id"]] = str(e)
+        if c["id"] in run.refused:  # a documented limitation of the engine: reported, never drawn or decided
+            run.results[c["id"]] = {**inconclusive(c, f"refused by {c['engine']} {c['build']} with speculation on: "
+                                                      f"{run.refused[c['id']]} (a limitation of the engine, not a "
+                                                      "pass)"), "refused": run.refused[c["id"]]}
             continue
-        plans[c["id"]] = discovery_jobs(campaign, c)
-        if not partial:
+        run.plans[c["id"]] = discovery_jobs(campaign, c)
+        if not run.partial:
             cfg_path = out / "configs" / f"{c['id']}.json"
             cfg_path.parent.mkdir(exist_ok=True)
             write_json(cfg_path, c)
-    chosen = {cid for cid in plans if only is None or cid in only} - set(unbuilt)  # what this run runs
-    ex = Executor(executor, workers, progress, log, warm)
+    run.chosen = {cid for cid in run.plans if run.only is None or cid in run.only} - set(run.unbuilt)
 
-    def run(jobs: dict[str, list[Job]], watcher: Callable[[dict[str, list[Job]]], StopWatcher] | None = None) -> None:
-        """Laws queued first (a config without its laws cannot be decided), then every shard, retried on
-        failure.
-        With a `watcher` (discovery under --anytime, confirmation under confirm_anytime), each arm's
-        shards, one per look, run in turn in one worker process, and the arms the watcher stops (a config
-        a look decided, an unrepaired arm a look showed recurring) begin no more of them."""
-        for cid, js in jobs.items():  # so the progress and time left are this run's
-            for j in js if cid in chosen else ():
-                if j.count:  # shards, and the pilot of a model without an exact law
-                    progress.totals[(cid, j.arm)] = progress.totals.get((cid, j.arm), 0) + j.count
-                    if j.output(out).exists():
-                        progress.done[(cid, j.arm)] = progress.done.get((cid, j.arm), 0) + j.count
-                        progress.timed(j.output(out))
-        if partial:
-            return
-        wanted = {cid: js for cid, js in jobs.items() if cid in chosen}
 
-        def laws() -> list[Job | Chain]:
-            """Queued first; shards follow without waiting for the last of them."""
-            return grouped([js[0] for js in wanted.values()
-                            if js[0].kind == "laws" and not js[0].count and not js[0].output(out).exists()])
-        # a sealed pilot (a model without an exact law) is drawn before any decision draw, as documented
-        run_jobs(lambda: [j for js in wanted.values() for j in js
-                          if j.kind == "laws" and j.count and not j.output(out).exists()])
-        if watcher is None:
-            run_jobs(lambda: [*laws(), *(j for js in wanted.values() for j in js
-                                         if j.kind == "shard" and not j.output(out).exists())])
-            return
-        # each arm's shards (one per look) in one worker process, a config's arms side by side; the watcher
-        # decides each look as its shards land and stops the chains it no longer needs
-        with watcher(wanted) as watch:
-            def chains() -> list[Job | Chain]:
-                made: list[Job | Chain] = laws()
-                for cid, js in wanted.items():
-                    for arm in dict.fromkeys(j.arm for j in js if j.kind == "shard"):
-                        left = [j for j in js if j.kind == "shard" and j.arm == arm and not j.output(out).exists()]
-                        if left and not watch.stops(left[0]):
-                            made.append(Chain(left, watch.stop_file(cid) if arm in watch.arms else None))
-                return made
-            run_jobs(chains, skip=watch.stops)
-
-    def grouped(jobs: list[Job]) -> list[Job | Chain]:
-        """Laws or exact-channel jobs of configs on one build and model share a worker (one engine start);
-        with fewer groups than workers, the largest is halved until every worker has one."""
-        left: dict[tuple[str, str], list[Job]] = {}
-        for j in jobs:
-            left.setdefault((pythons[j.cid], str(j.config.get("model"))), []).append(j)
-        groups = list(left.values())
-        while len(groups) < ex.workers and max(map(len, groups), default=0) > 1:
-            big = max(groups, key=len)
-            groups.remove(big)
-            groups += [big[::2], big[1::2]]
-        return [group[0] if len(group) == 1 else Chain(group) for group in groups]
-
-    def run_jobs(todo: Callable[[], list[Job | Chain]],
-                 skip: Callable[[Job | Chain], bool] = lambda job: False) -> None:
-        """The jobs `todo()` names, then again those it still names (failed ones), RETRIES times at most."""
-        for attempt in range(RETRIES + 1):
-            left = todo()
-            if not left:
-                return
-            if attempt:
-                log(f"retrying {len(left)} failed job(s) (attempt {attempt + 1})")
-            ex.run([(j, j.command(pythons[j.cid], out / "configs" / f"{j.cid}.json", out, campaign.seed, seal["seal"]))
-                    for j in left], out, campaign.seed, seal["seal"], skip=skip)
-
-    # The exact channel first: seconds per config, and beside the draws it never changes a decision.
-    exact_jobs = {cid: exact_job(campaign, jobs[0].config) for cid, jobs in plans.items()} \
-        if campaign.exact != "off" else {}
-    if exact_jobs and not partial:
-        run_jobs(lambda: grouped([j for cid, j in exact_jobs.items() if cid in chosen and not j.output(out).exists()]))
-    exact_laws: dict[str, dict[str, Any]] = {}  # the worker's laws, for the sampled arm against mu
-    exact: dict[str, dict[str, Any] | None] = {}
-    for cid, j in exact_jobs.items():
-        why = unbuilt.get(cid) or (None if partial or cid not in chosen else
-                                   f"not computed: its worker failed {RETRIES + 1} times (see the log above)")
-        exact[cid] = _exact(j, out, campaign, why, exact_laws)
-    for cid, e in exact.items():
+def exact(run: CampaignRun) -> None:
+    """The exact channel of every planned config (with `exact` on), each logged as it is read."""
+    campaign, out = run.campaign, run.out
+    if campaign.exact == "off":
+        return
+    jobs = {cid: exact_job(campaign, js[0].config) for cid, js in run.plans.items()}
+    if not run.partial:
+        run.run_jobs(lambda: run.grouped([j for cid, j in jobs.items()
+                                          if cid in run.chosen and not j.output(out).exists()]))
+    for cid, j in jobs.items():
+        why = run.unbuilt.get(cid) or (None if run.partial or cid not in run.chosen else
+                                       f"not computed: its worker failed {RETRIES + 1} times (see the log above)")
+        run.exact[cid] = e = _exact(j, out, campaign, why, run.exact_laws)
         if e is not None:
-            log(f"{cid}: exact {e['status']}" + (f" (TV {e['tv']:.3g}, {e['paths']:,} paths)" if e["tv"] is not None
-                                                 else f": {e['reason']}"))
-    if campaign.exact == "only":
-        return _exact_only(campaign, out, seal, results, exact, log, start, marker, partial)
-    reused = sum(1 for jobs in plans.values() for j in jobs if j.output(out).exists())
-    run(plans, (lambda jobs: LookWatcher(jobs, out, campaign, campaign.m, log, on_stop=progress.settle))
-        if campaign.anytime else None)
-    incomplete = partial  # the report is partial: asked for, or an --only run left other configs' jobs
+            run.log(f"{cid}: exact {e['status']}" + (f" (TV {e['tv']:.3g}, {e['paths']:,} paths)"
+                                                     if e["tv"] is not None else f": {e['reason']}"))
 
-    def missing(jobs: list[Job]) -> list[Job]:
-        return [j for j in jobs if not j.output(out).exists()]
 
-    def failed(cid: str, jobs: list[Job]) -> str | None:  # tried RETRIES + 1 times in this run
-        left = missing(jobs)
-        return (f"{len(left)} job(s) failed after {RETRIES + 1} attempts (first: {left[0].label})"
-                if left and not partial and cid in chosen else None)
+def draw(run: CampaignRun) -> None:
+    """Discovery: every config's laws, off and on arms (under --anytime, look by look)."""
+    campaign = run.campaign
+    run.run_arms(run.plans, (lambda jobs: LookWatcher(jobs, run.out, campaign, campaign.m, run.log,
+                                                      on_stop=run.progress.settle)) if campaign.anytime else None)
 
-    m = campaign.m
-    found: dict[str, FolderDecision] = {}  # discovery decisions (anytime: a config decided at an early look
-    for cid, jobs in plans.items():        # needs none of its later shards)
-        got = anytime_decision(jobs[0].config, jobs, out, campaign, m) if campaign.anytime else \
-            None if missing(jobs) else decide_from_folder(jobs[0].config, jobs, out, campaign, m)
+
+def decide(run: CampaignRun) -> None:
+    """Each config's discovery decision from its folder (anytime: a config decided at an early look needs
+    none of its later shards)."""
+    campaign = run.campaign
+    run.incomplete = run.partial
+    for cid, jobs in run.plans.items():
+        got = anytime_decision(jobs[0].config, jobs, run.out, campaign, campaign.m) if campaign.anytime else \
+            None if run.missing(jobs) else decide_from_folder(jobs[0].config, jobs, run.out, campaign, campaign.m)
         if got is not None:
-            found[cid] = got
-    if only is not None and not partial:
-        if not interrupted_before:  # this run was not cut off; an earlier one's mark stays for the final report
-            marker.unlink(missing_ok=True)
+            run.found[cid] = got
+    if run.only is not None and not run.partial:
+        if not run.interrupted_before:  # this run was not cut off; an earlier one's mark stays for the final report
+            run.marker.unlink(missing_ok=True)
         # a config whose build is not set up here and whose jobs are not all done is INCONCLUSIVE, as in a whole run
-        incomplete = any(cid not in found for cid in plans if cid not in unbuilt)
-    states: dict[str, ConfigDecision | str | None] = {cid: r["decision"] for cid, r in results.items()}
-    states.update({cid: found[cid].decision if cid in found else None if incomplete else INCONCLUSIVE
-                   for cid in plans})
-    selection = select_confirmations(campaign.configs, states)
+        run.incomplete = any(cid not in run.found for cid in run.plans if cid not in run.unbuilt)
+
+
+def select(run: CampaignRun) -> None:
+    """Stage S3's choice: the configs whose repairs get confirmation arms, and those arms' jobs."""
+    campaign = run.campaign
+    states: dict[str, ConfigDecision | str | None] = {cid: r["decision"] for cid, r in run.results.items()}
+    states.update({cid: run.found[cid].decision if cid in run.found else None if run.incomplete else INCONCLUSIVE
+                   for cid in run.plans})
+    run.selection = select_confirmations(campaign.configs, states)
     if campaign.confirm_without_hypothesis_events:  # RQ3's other cell: what the decisions without A_H select
-        selection = joined(campaign.configs, selection,
-                           select_confirmations(campaign.configs, without_hypothesis_events(states)))
-    confirm = {cid: confirmation_jobs(campaign, plans[cid][0].config) for cid in selection.attempts}
-    confirm = {cid: jobs for cid, jobs in confirm.items() if jobs}
-    if confirm:
-        reused += sum(1 for jobs in confirm.values() for j in jobs if j.output(out).exists())
-        run(confirm, (lambda jobs: RecurrenceWatcher(jobs, found, out, campaign, log, on_stop=progress.settle))
-            if campaign.confirm_anytime else None)
+        run.selection = joined(campaign.configs, run.selection,
+                               select_confirmations(campaign.configs, without_hypothesis_events(states)))
+    confirm = {cid: confirmation_jobs(campaign, run.plans[cid][0].config) for cid in run.selection.attempts}
+    run.confirm = {cid: jobs for cid, jobs in confirm.items() if jobs}
+
+
+def confirm(run: CampaignRun) -> None:
+    """The selected configs' confirmation arms, then each config's row: decided (its repair confirmed or
+    not from those arms), INCONCLUSIVE with the reason, or pending in a partial report."""
+    campaign, out, m = run.campaign, run.out, run.campaign.m
+    if run.confirm:
+        run.run_arms(run.confirm, (lambda jobs: RecurrenceWatcher(jobs, run.found, out, campaign, run.log,
+                                                                  on_stop=run.progress.settle))
+                     if campaign.confirm_anytime else None)
     # what each repair result reads: under confirm_anytime, the unrepaired arm up to the look that recurred
-    reads = {cid: (confirmation_reads(found[cid], jobs, out, campaign) if cid in found else None) or (jobs, None)
-             for cid, jobs in confirm.items()}
-    if confirm and only is not None and not partial:
-        incomplete = incomplete or any(missing(jobs) for jobs, _ in reads.values())
-    waiting = set(selection.pending) if campaign.confirm_draws else set()  # their group is not decided yet
-    decided: dict[str, tuple[dict[str, Any], dict[str, MergedArm]]] = {}  # laws and merged arms
-    pending: list[dict[str, Any]] = []
-    resumed = 0  # draws of decided configs that shards took over from checkpoints of cut-off runs
-    for cid, jobs in plans.items():
+    reads = {cid: (confirmation_reads(run.found[cid], jobs, out, campaign) if cid in run.found else None)
+             or (jobs, None) for cid, jobs in run.confirm.items()}
+    if run.confirm and run.only is not None and not run.partial:
+        run.incomplete = run.incomplete or any(run.missing(jobs) for jobs, _ in reads.values())
+    waiting = set(run.selection.pending) if campaign.confirm_draws else set()  # their group is not decided yet
+    for cid, jobs in run.plans.items():
         config = jobs[0].config
-        conf_jobs = confirm.get(cid, [])
+        conf_jobs = run.confirm.get(cid, [])
         conf_reads, recurred = reads.get(cid, ([], None))
-        left = ([] if cid in found else missing(jobs)) + missing(conf_reads)
-        why = (unbuilt.get(cid) or failed(cid, jobs + conf_reads)) if left else None
-        if (left or cid in waiting) and incomplete:
+        left = ([] if cid in run.found else run.missing(jobs)) + run.missing(conf_reads)
+        why = (run.unbuilt.get(cid) or run.failed(cid, jobs + conf_reads)) if left else None
+        if (left or cid in waiting) and run.incomplete:
             arms_done: dict[str, list[int]] = {}
             for j in jobs[1:] + conf_jobs:
                 done_total = arms_done.setdefault(j.arm, [0, 0])
                 done_total[0] += j.count if j.output(out).exists() else 0
                 done_total[1] += j.count
-            pending.append({"id": cid, "laws": jobs[0].output(out).exists(), "failed": why,
-                            "draws": {arm: f"{d:,}/{t:,}" for arm, (d, t) in arms_done.items()}})
+            row: dict[str, Any] = {"id": cid, "laws": jobs[0].output(out).exists(), "failed": why,
+                                   "draws": {arm: f"{d:,}/{t:,}" for arm, (d, t) in arms_done.items()}}
             if recurred is not None and recurred.index < recurred.of:  # its unrepaired arm needs no more draws
-                pending[-1]["draws"]["on-confirm"] += f" (enough: it recurs at {recurred})"
+                row["draws"]["on-confirm"] += f" (enough: it recurs at {recurred})"
             if cid in waiting and not left:
-                pending[-1]["waiting"] = "its confirmation is selected once every config of its build is decided"
-            if cid in found:  # its discovery is decided; only its confirmation is not done (or not selected)
-                f = found[cid]
+                row["waiting"] = "its confirmation is selected once every config of its build is decided"
+            if cid in run.found:  # its discovery is decided; only its confirmation is not done (or not selected)
+                f = run.found[cid]
                 at = f" at {f.look}" if f.look else ""
-                pending[-1]["discovery"] = f"{f.decision.decision}{at}, D {f.decision.D:.4f}"
-            if why and cid not in unbuilt:  # not decided: the next run retries them, so it is listed as pending
-                log(f"{cid}: {why}; still pending, the next run retries them")
+                row["discovery"] = f"{f.decision.decision}{at}, D {f.decision.D:.4f}"
+            run.pending.append(row)
+            if why and cid not in run.unbuilt:  # not decided: the next run retries them, so it is listed as pending
+                run.log(f"{cid}: {why}; still pending, the next run retries them")
             continue
-        if cid not in found:  # a whole run: every missing job was tried RETRIES + 1 times, so `why` is set
-            results[cid] = inconclusive(config, str(why))
+        if cid not in run.found:  # a whole run: every missing job was tried RETRIES + 1 times, so `why` is set
+            run.results[cid] = inconclusive(config, str(why))
             continue
-        folder = found[cid]
-        if conf_reads and not missing(conf_reads):
+        folder = run.found[cid]
+        if conf_reads and not run.missing(conf_reads):
             folder = decide_from_folder(config, folder.jobs + conf_reads, out, campaign, m, look=folder.look,
                                         confirm_look=recurred)
         d = folder.decision
-        if conf_reads and missing(conf_reads):
+        if conf_reads and run.missing(conf_reads):
             d = dataclasses.replace(d, repair=not_attempted(config["repair"], f"confirmation jobs failed: {why}"))
-        elif cid in selection.not_attempted and campaign.confirm_draws:
-            d = dataclasses.replace(d, repair=not_attempted(config["repair"], selection.not_attempted[cid]))
-        resumed += folder.resumed
-        decided[cid] = (folder.laws, folder.arms)
-        results[cid] = {**d.to_dict(), "applied": config.get("applied", []), **_variant(config),
-                        **_exact_beside(exact.get(cid), exact_laws.get(cid), folder, campaign, m),
-                        "simulator_check": folder.laws.get("simulator_check"),
-                        "simulator_metric": folder.laws.get("simulator_metric"),
-                        "records_detail": {arm: folder.arms[arm].records for arm in ("on", "off")},
-                        **other_tests(folder, d.decision, campaign.alpha / m)}
-        log(f"{cid}: {d.decision} (D {d.D:.4f}, witnesses {d.witnesses.count}, contract "
-            f"{(d.contract or {}).get('status', 'unchecked')})")
-    for cid, r in results.items():  # configs not decided (not built, refused, failed) keep their exact channel
-        if exact.get(cid) is not None and "exact" not in r:
-            r["exact"] = exact[cid]
-    report = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
-              "threshold": campaign.threshold, "m": m, **({"exact_tol": campaign.exact_tol} if exact else {}),
-              "confirm_m": campaign.confirm_m,
-              "anytime": [look.to_dict() for look in planned_looks(campaign.draws)] if campaign.anytime else None,
-              "draws": campaign.draws, "confirm_draws": campaign.confirm_draws,
-              "confirm_anytime": [look.to_dict() for look in planned_looks(campaign.confirm_draws)]
-              if campaign.confirm_anytime else None,
-              "confirm_draws_needed": needed,
-              "confirmation_attempts": list(selection.attempts), "interrupted": interrupted_before,
-              "jobs_reused": reused, "draws_resumed": resumed, "elapsed_s": round(time.monotonic() - start, 1),
-              **_shard_provenance([j for js in [*plans.values(), *confirm.values()] for j in js], out),
-              "configs": [results[c["id"]] for c in campaign.configs if c["id"] in results]}
-    if len(drawing := {**report["code_versions"], **report["laws_code_versions"]}) > 1:
-        log(f"the shards and laws were drawn by {len(drawing)} versions of badc's drawing code: see the report")
-    if incomplete:
-        report["pending"] = pending
-    else:
-        marker.unlink(missing_ok=True)
-    name = "report-partial" if incomplete else "report"
-    write_json(out / f"{name}.json", report)
-    write_atomic(out / f"{name}.md", report_markdown(report))
-    if plots and not incomplete:
+        elif cid in run.selection.not_attempted and campaign.confirm_draws:
+            d = dataclasses.replace(d, repair=not_attempted(config["repair"], run.selection.not_attempted[cid]))
+        run.resumed += folder.resumed
+        run.decided[cid] = (folder.laws, folder.arms)
+        run.results[cid] = {**d.to_dict(), "applied": config.get("applied", []), **_variant(config),
+                            **_exact_beside(run.exact.get(cid), run.exact_laws.get(cid), folder, campaign, m),
+                            "simulator_check": folder.laws.get("simulator_check"),
+                            "simulator_metric": folder.laws.get("simulator_metric"),
+                            "records_detail": {arm: folder.arms[arm].records for arm in ("on", "off")},
+                            **other_tests(folder, d.decision, campaign.alpha / m)}
+        run.log(f"{cid}: {d.decision} (D {d.D:.4f}, witnesses {d.witnesses.count}, contract "
+                f"{(d.contract or {}).get('status', 'unchecked')})")
+
+
+def report(run: CampaignRun, plots: bool = True) -> CampaignReport:
+    """The campaign's report, written to report.json and report.md (report-partial.* while configs are
+    pending), with plots of a complete one."""
+    campaign = run.campaign
+    got = _exact_only_report(run) if campaign.exact == "only" else _full_report(run)
+    if got.complete and not (campaign.exact == "only" and run.partial):
+        run.marker.unlink(missing_ok=True)
+    write_json(run.out / f"{got.name}.json", got.to_dict())
+    write_atomic(run.out / f"{got.name}.md", report_markdown(got))
+    if plots and got.complete and campaign.exact != "only":
         from badc_check.plots import plot_campaign
 
-        plot_campaign(out, report, decided)
-    return report
+        plot_campaign(run.out, got, run.decided)
+    return got
+
+
+def _full_report(run: CampaignRun) -> CampaignReport:
+    campaign = run.campaign
+    for cid, r in run.results.items():  # configs not decided (not built, refused, failed) keep their exact channel
+        if run.exact.get(cid) is not None and "exact" not in r:
+            r["exact"] = run.exact[cid]
+    jobs = [j for js in [*run.plans.values(), *run.confirm.values()] for j in js]
+    provenance = _shard_provenance(jobs, run.out)
+    if len(drawing := {**provenance["code_versions"], **provenance["laws_code_versions"]}) > 1:
+        run.log(f"the shards and laws were drawn by {len(drawing)} versions of badc's drawing code: see the report")
+    return CampaignReport(
+        campaign=campaign.name, seal=run.seal["seal"], alpha=campaign.alpha, threshold=campaign.threshold,
+        m=campaign.m, exact_tol=campaign.exact_tol if run.exact else ABSENT, confirm_m=campaign.confirm_m,
+        anytime=[look.to_dict() for look in planned_looks(campaign.draws)] if campaign.anytime else None,
+        draws=campaign.draws, confirm_draws=campaign.confirm_draws,
+        confirm_anytime=[look.to_dict() for look in planned_looks(campaign.confirm_draws)]
+        if campaign.confirm_anytime else None,
+        confirm_draws_needed=campaign.confirm_draws_needed, confirmation_attempts=tuple(run.selection.attempts),
+        interrupted=run.interrupted_before, jobs_reused=run.reused, draws_resumed=run.resumed,
+        elapsed_s=round(time.monotonic() - run.started, 1),
+        worker_core_hours=provenance["worker_core_hours"], code_versions=provenance["code_versions"],
+        laws_code_versions=provenance["laws_code_versions"],
+        configs=tuple(run.results[c["id"]] for c in campaign.configs if c["id"] in run.results),
+        pending=tuple(run.pending) if run.incomplete else ABSENT)
 
 
 def _shard_provenance(jobs: list[Job], out: Path) -> dict[str, Any]:
@@ -425,35 +509,26 @@ def _exact_beside(e: dict[str, Any] | None, res: dict[str, Any] | None, folder: 
     return {"exact": e}
 
 
-def _exact_only(campaign: Campaign, out: Path, seal: dict[str, Any], refused: dict[str, dict[str, Any]],
-                exact: dict[str, dict[str, Any] | None], log: Callable[[str], None], start: float, marker: Path,
-                partial: bool) -> dict[str, Any]:
+def _exact_only_report(run: CampaignRun) -> CampaignReport:
     """`--exact-only`: no draws; each config's exact channel is its row (decision None)."""
+    campaign = run.campaign
     rows, pending = [], []
     for c in campaign.configs:
-        e = exact.get(c["id"])
-        if c["id"] in refused:
-            e = {**exact_report(c, {"status": UNSUPPORTED, "reason": "refused by the engine with speculation on: "
-                                                                     + refused[c["id"]]["refused"]},
-                                tol=campaign.exact_tol, threshold=campaign.threshold, alpha=campaign.alpha,
-                                m=campaign.m).to_dict()}
+        e = run.exact.get(c["id"])
+        if c["id"] in run.results:  # refused by the engine
+            e = exact_report(c, {"status": UNSUPPORTED, "reason": "refused by the engine with speculation on: "
+                                                                  + run.results[c["id"]]["refused"]},
+                             tol=campaign.exact_tol, threshold=campaign.threshold, alpha=campaign.alpha,
+                             m=campaign.m).to_dict()
         if e is None:
             pending.append({"id": c["id"], "laws": False, "failed": None, "draws": {}})
             continue
         rows.append({"id": c["id"], "engine": c["engine"], "build": c["build"], "role": c.get("role", "probe"),
                      "decision": None, "exact": e})
-    report: dict[str, Any] = {"campaign": campaign.name, "seal": seal["seal"], "alpha": campaign.alpha,
-                              "threshold": campaign.threshold, "m": campaign.m, "draws": 0, "exact_only": True,
-                              "exact_tol": campaign.exact_tol, "elapsed_s": round(time.monotonic() - start, 1),
-                              "configs": rows}
-    if pending:
-        report["pending"] = pending
-    elif not partial:
-        marker.unlink(missing_ok=True)
-    name = "report-partial" if pending else "report"
-    write_json(out / f"{name}.json", report)
-    write_atomic(out / f"{name}.md", report_markdown(report))
-    return report
+    return CampaignReport(campaign=campaign.name, seal=run.seal["seal"], alpha=campaign.alpha,
+                          threshold=campaign.threshold, m=campaign.m, draws=0, exact_only=True,
+                          exact_tol=campaign.exact_tol, elapsed_s=round(time.monotonic() - run.started, 1),
+                          configs=tuple(rows), pending=tuple(pending) if pending else ABSENT)
 
 
 def _variant(config: dict[str, Any]) -> dict[str, Any]:

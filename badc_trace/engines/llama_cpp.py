@@ -25,12 +25,13 @@ adds scores.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from badc_trace.binder import Binder
-from badc_trace.instrument import BaseInstrumentor, TraceSink, state_digest
+from badc_trace.instrument import BaseInstrumentor, Counter, Request, TraceSink, state_digest
 from badc_trace.outcomes import format_outcome
 
 
@@ -50,18 +51,14 @@ def tracked(state: Any, gen: Any):
         gen.close()
 
 
-class _Request:
-    def __init__(self, rid: int, api: str):
-        self.id = rid
-        self.api = api
-        self.sample_idx = -1
-        self.n_tokens = 0
-        self.in_generate = False
-        self.generator_returned = False
-        self.yielded: list[int] = []
-        self.prompt: list[int] = []
-        self.crash: str | None = None
-        self.outcome: str | None = None
+@dataclass(eq=False)
+class _Request(Request):
+    api: str = ""  # create_completion or generate
+    sample_idx: int = -1
+    n_tokens: int = 0
+    in_generate: bool = False
+    generator_returned: bool = False
+    yielded: list[int] = field(default_factory=list)
 
 
 class LlamaCppInstrumentor(BaseInstrumentor):
@@ -75,7 +72,6 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         import llama_cpp.llama as llama
         import llama_cpp.llama_speculative as speculative
 
-        self.last_request: _Request | None = None
         self._processor_list = llama.LogitsProcessorList
         self._cc_bind = Binder(llama.Llama.create_completion)
         self._gen_bind = Binder(llama.Llama.generate)
@@ -87,9 +83,8 @@ class LlamaCppInstrumentor(BaseInstrumentor):
 
     # -- request bookkeeping -------------------------------------------------------------------
     def _start(self, api: str, instance: Any, arguments: dict[str, Any]) -> _Request:
-        req = _Request(next(self._ids), api)
-        self._local.req = req
-        self.sink.count("requests")
+        req = self._new_request(_Request, api=api)
+        record = None
         if self.sink.recording:  # level counts writes no request record: no tokenizing on the hot path
             prompt = arguments.get("prompt", arguments.get("tokens"))
             if isinstance(prompt, str):
@@ -99,7 +94,8 @@ class LlamaCppInstrumentor(BaseInstrumentor):
             params = {k: v for k, v in arguments.items()
                       if k not in ("self", "prompt", "tokens", "logits_processor", "stopping_criteria", "grammar")
                       and isinstance(v, int | float | str | bool | type(None))}
-            self.sink.emit({"type": "request", "req": req.id, "api": api, "prompt": req.prompt, "params": params})
+            record = {"api": api, "prompt": req.prompt, "params": params}
+        self._begin(req, record)
         self._wrap_callbacks(arguments, instance)
         return req
 
@@ -114,12 +110,9 @@ class LlamaCppInstrumentor(BaseInstrumentor):
             arguments["stopping_criteria"] = _RecordingStops(self, stops)
 
     def _finish(self, req: _Request, tokens: list[int], finish: str, extra: dict[str, Any]) -> None:
-        req.outcome = format_outcome([], f"crash:{req.crash}") if req.crash else format_outcome(tokens, finish)
-        if self.sink.recording:
-            self.sink.emit({"type": "return", "req": req.id, "tokens": tokens, "yielded": req.yielded,
-                            "finish_reason": finish, "outcome": req.outcome, **extra})
-        self.last_request = req
-        self._local.req = None
+        # a processor's exception is swallowed by ctypes, so the completion goes on: still a crash outcome
+        outcome = format_outcome([], f"crash:{req.crash}") if req.crash else format_outcome(tokens, finish)
+        self._end(req, outcome, {"tokens": tokens, "yielded": req.yielded, "finish_reason": finish, **extra})
 
     # -- wrappers ------------------------------------------------------------------------------
     def _create_completion(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -132,8 +125,7 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         try:
             out = wrapped(**arguments)
         except Exception as e:
-            self._crash(req, "caller", e)
-            self._finish(req, [], "crash", {})
+            self._end_crashed(req, "caller", e, {"yielded": req.yielded})
             raise
         finally:
             self._local.req = None  # never leave a request open, whatever happened
@@ -169,7 +161,7 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         req.sample_idx, req.n_tokens = idx, n_tokens  # what the processors' records read
         tok = wrapped(*args, **kwargs)
         if idx + 1 < n_tokens and instance.input_ids[idx + 1] == tok:  # the sample confirms a draft token
-            self.sink.count("accepted")
+            self.sink.count(Counter.ACCEPTED)
         if self.sink.recording:  # no record is built at level counts: this is the engine's hot path
             self.sink.emit_later({"type": "sample", "req": req.id, "idx": int(idx), "n_tokens": int(n_tokens),
                                   "token": int(tok)})
@@ -177,8 +169,8 @@ class LlamaCppInstrumentor(BaseInstrumentor):
 
     def _draft(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         out = wrapped(*args, **kwargs)
-        self.sink.count("drafter_calls")
-        self.sink.count("proposed", len(out))
+        self.sink.count(Counter.DRAFTER_CALLS)
+        self.sink.count(Counter.PROPOSED, len(out))
         if self.sink.recording:
             req = self._req
             ids = args[0] if args else kwargs.get("input_ids")
@@ -190,7 +182,7 @@ class LlamaCppInstrumentor(BaseInstrumentor):
         out = wrapped(*args, **kwargs)
         req = self._req
         if req is not None:
-            self.sink.count("kv_removals")
+            self.sink.count(Counter.KV_REMOVALS)
             if self.sink.recording:
                 seq, p0, p1 = (list(args) + [None] * 3)[:3]
                 self.sink.emit_later({"type": "kv_rm", "req": req.id, "p0": p0, "p1": p1, "ok": bool(out)})
@@ -212,7 +204,7 @@ class _RecordingProcessor:
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         probe, req = self.probe, self.probe._req
-        probe.sink.count("processor_calls")
+        probe.sink.count(Counter.PROCESSOR_CALLS)
         recording = req is not None and probe.sink.recording
         full = recording and probe.sink.full
         seen = np.asarray(input_ids).tolist() if recording else None  # a copy: the buffer is overwritten later
@@ -246,7 +238,7 @@ class _RecordingStops(list):
     def __call__(self, input_ids: np.ndarray, logits: np.ndarray) -> bool:
         result = bool(self.inner(input_ids, logits))
         probe, req = self.probe, self.probe._req
-        probe.sink.count("stop_checks")
+        probe.sink.count(Counter.STOP_CHECKS)
         if req is not None and probe.sink.recording:
             probe.sink.emit_later({"type": "stop_check", "req": req.id, "ids": [int(t) for t in input_ids],
                                    "where": "generate" if req.in_generate else "postcheck", "result": result,

@@ -11,13 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from badc_trace.instrument import BaseInstrumentor, TraceSink
+from badc_trace.instrument import BaseInstrumentor, Counter, TraceSink
 from badc_trace.outcomes import format_outcome
-
-
-class _Request:
-    def __init__(self, rid: int, prompt: list[int]):
-        self.id, self.prompt, self.crash, self.outcome = rid, prompt, None, None
 
 
 def _pieces() -> list[bytes]:
@@ -36,7 +31,6 @@ class ToyInstrumentor(BaseInstrumentor):
     def _instrument(self, sink: TraceSink) -> None:
         from badc_toy.engine import ToyEngine
 
-        self.last_request: _Request | None = None
         self._wrap(ToyEngine, "generate", self._generate)
         self._wrap(ToyEngine, "_propose", self._propose)
         self._wrap(ToyEngine, "_call_processor", self._processor)
@@ -45,33 +39,24 @@ class ToyInstrumentor(BaseInstrumentor):
 
     def _generate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         prompt, max_new_tokens = (list(args) + [kwargs.get("prompt"), kwargs.get("max_new_tokens")])[:2]
-        req = _Request(next(self._ids), [int(t) for t in prompt])
-        self._local.req = req
-        self.sink.count("requests")
+        req = self._new_request(prompt=[int(t) for t in prompt])
         self._vocab("toy", _pieces)
-        self.sink.emit({"type": "request", "req": req.id, "prompt": req.prompt,
-                        "params": {"max_new_tokens": max_new_tokens, "speculative": instance.speculative}})
+        self._begin(req, {"prompt": req.prompt,
+                          "params": {"max_new_tokens": max_new_tokens, "speculative": instance.speculative}})
         try:
             tokens, finish, logprobs = wrapped(*args, **kwargs)
         except Exception as e:
-            self._crash(req, "caller", e)
-            req.outcome = format_outcome([], f"crash:{req.crash}")
-            self.sink.emit({"type": "return", "req": req.id, "tokens": [], "finish_reason": "crash",
-                            "outcome": req.outcome})
+            self._end_crashed(req, "caller", e)
             raise
-        finally:
-            self._local.req = None
-            self.last_request = req
-        req.outcome = format_outcome(tokens, finish)
-        self.sink.emit({"type": "return", "req": req.id, "tokens": list(tokens), "finish_reason": finish,
-                        "outcome": req.outcome, "logprobs": list(logprobs)})
+        self._end(req, format_outcome(tokens, finish),
+                  {"tokens": list(tokens), "finish_reason": finish, "logprobs": list(logprobs)})
         return tokens, finish, logprobs
 
     def _propose(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         out = wrapped(*args, **kwargs)
         req = self._req
-        self.sink.count("drafter_calls")
-        self.sink.count("proposed", len(out))
+        self.sink.count(Counter.DRAFTER_CALLS)
+        self.sink.count(Counter.PROPOSED, len(out))
         ids = args[0] if args else kwargs["ids"]
         self.sink.emit({"type": "draft", "req": None if req is None else req.id, "committed": list(ids),
                         "draft": list(out)})
@@ -81,7 +66,7 @@ class ToyInstrumentor(BaseInstrumentor):
         out = wrapped(*args, **kwargs)
         index, proc, ids, logical_len = args[:4]
         req = self._req
-        self.sink.count("processor_calls")
+        self.sink.count(Counter.PROCESSOR_CALLS)
         if self.sink.recording:
             record = {"type": "processor", "req": None if req is None else req.id, "proc": index,
                       "name": proc.name, "ids": list(ids), "logical_len": logical_len}
@@ -96,12 +81,12 @@ class ToyInstrumentor(BaseInstrumentor):
         result = wrapped(*args, **kwargs)
         ids, where = args[:2]
         req = self._req
-        self.sink.count("stop_checks")
+        self.sink.count(Counter.STOP_CHECKS)
         self.sink.emit({"type": "stop_check", "req": None if req is None else req.id, "ids": list(ids),
                         "where": where, "result": bool(result)})
         return result
 
     def _verified(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         drafts, accepted = args[:2]
-        self.sink.count("accepted", accepted)
+        self.sink.count(Counter.ACCEPTED, accepted)
         return wrapped(*args, **kwargs)

@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from badc_trace import portable
-from badc_trace.instrument import BaseInstrumentor, TraceSink, state_digest
+from badc_trace.instrument import BaseInstrumentor, Counter, Request, TraceSink, state_digest
 from badc_trace.outcomes import format_outcome
 
 EOS_CODE, LENGTH_CODE, STOP_CODE = "eos", "length", "stop"
@@ -76,21 +77,19 @@ def _ids(t: Any) -> list[int]:
     return ids if not ids or type(ids[0]) is int else [int(x) for x in ids]
 
 
-class _Request:
-    def __init__(self, rid: int):
-        self.id = rid
-        self.depth = 0  # generate() nesting: > 1 inside a draft model
-        self.mode = "step"  # step | assisted
-        self.in_drafter: str | None = None  # "filter" (prompt lookup) or "draft" (draft model)
-        self.committed = 0  # committed length at the last drafter call
-        self.prompt_len = 0
-        self.crash: str | None = None
-        self.elements: list[Any] = []  # the list whose call is in progress
-        self.list_role = "step"
-        self.in_element = 0
-        self.last_draft: tuple[int, list[int]] | None = None  # (committed length, proposal)
-        self.candidate_pending = False  # between a drafter's return and its block's verification
-        self.drafter_seen = False  # the drafter's settings are recorded at its first call
+@dataclass(eq=False)
+class _Request(Request):
+    depth: int = 0  # generate() nesting: > 1 inside a draft model
+    mode: str = "step"  # step | assisted
+    in_drafter: str | None = None  # "filter" (prompt lookup) or "draft" (draft model)
+    committed: int = 0  # committed length at the last drafter call
+    prompt_len: int = 0
+    elements: list[Any] = field(default_factory=list)  # the list whose call is in progress
+    list_role: str = "step"
+    in_element: int = 0
+    last_draft: tuple[int, list[int]] | None = None  # (committed length, proposal)
+    candidate_pending: bool = False  # between a drafter's return and its block's verification
+    drafter_seen: bool = False  # the drafter's settings are recorded at its first call
 
     def account(self, sink: TraceSink, ids: list[int]) -> None:
         """Count the drafts of the last block that were committed: the leading ids after the block's
@@ -103,7 +102,7 @@ class _Request:
             if d != y:
                 break
             n += 1
-        sink.count("accepted", n)
+        sink.count(Counter.ACCEPTED, n)
         self.last_draft = None
 
 
@@ -121,11 +120,35 @@ def _pieces(path: str, tokenizer: Any) -> list[bytes] | None:
     return None if tokenizer is None else [tokenizer.decode([i]).encode() for i in range(len(tokenizer))]
 
 
+def _compiled_grammar(grammar_json: str, tokenizer_json: str) -> Any:
+    import xgrammar as xgr
+
+    return xgr.CompiledGrammar.deserialize_json(grammar_json, xgr.TokenizerInfo.deserialize_json(tokenizer_json))
+
+
+def _native_reducers() -> dict[type, Any]:
+    """xgrammar's compiled grammars are native objects with their own JSON form."""
+    try:
+        import xgrammar as xgr
+    except ImportError:
+        return {}
+
+    def grammar(g: Any) -> tuple[Any, tuple[str, str]]:
+        return _compiled_grammar, (g.serialize_json(), g.tokenizer_info.serialize_json())
+
+    return {xgr.CompiledGrammar: grammar}
+
+
 class TransformersInstrumentor(BaseInstrumentor):
     package = "transformers"
     engine = "transformers"
     supported = ">=5.12,<6"
     hook = "transformers.generation.utils"  # badc-trace installs the probe when this module is first imported
+    # what generate()'s recorded arguments may hold (processors, stopping criteria, generation configs,
+    # xgrammar's grammars): replay loads nothing else from a trace
+    portable_allowlist = portable.Allowlist(class_prefixes=("transformers.generation.", "xgrammar."),
+                                            rebuilders=frozenset({(__name__, "_compiled_grammar")}),
+                                            reducers=_native_reducers)
 
     def _instrument(self, sink: TraceSink) -> None:
         from transformers.cache_utils import Cache
@@ -138,7 +161,6 @@ class TransformersInstrumentor(BaseInstrumentor):
         self._sklearn = is_sklearn_available()
         self._setups: set[str] = set()
         self._element_owners: set[type] = set()
-        self.last_request: _Request | None = None
         self._wrap(GenerationMixin, "generate", self._generate)
         self._wrap(GenerationMixin, "_assisted_decoding", self._mode("assisted"))
         self._wrap(GenerationMixin, "_sample", self._mode("step"))
@@ -172,26 +194,23 @@ class TransformersInstrumentor(BaseInstrumentor):
                 return wrapped(*args, **kwargs)
             finally:
                 req.depth -= 1
-        req = _Request(next(self._ids))
-        req.depth = 1
-        self._local.req = req
-        self.sink.count("requests")
+        req = self._new_request(_Request, depth=1)
         prompt = kwargs.get("input_ids", args[0] if args else kwargs.get("inputs"))
         req.prompt_len = int(prompt.shape[-1]) if prompt is not None else 0
-        params = {k: (v if isinstance(v, PLAIN_TYPES) else list(v) if isinstance(v, list | tuple)
-                      and all(isinstance(x, PLAIN_TYPES) for x in v) else type(v).__name__)
-                  for k, v in kwargs.items() if k not in ("input_ids", "inputs", "attention_mask")}
-        rec = {"type": "request", "req": req.id, "prompt": [] if prompt is None else _ids(prompt), "params": params}
+        rec = None
         if self.sink.recording:
-            rec["setup"] = self._setup(instance, kwargs)
+            params = {k: (v if isinstance(v, PLAIN_TYPES) else list(v) if isinstance(v, list | tuple)
+                          and all(isinstance(x, PLAIN_TYPES) for x in v) else type(v).__name__)
+                      for k, v in kwargs.items() if k not in ("input_ids", "inputs", "attention_mask")}
+            rec = {"prompt": [] if prompt is None else _ids(prompt), "params": params,
+                   "setup": self._setup(instance, kwargs)}
             path = str(getattr(instance, "name_or_path", "") or "")
             self._vocab(path, lambda: _pieces(path, kwargs.get("tokenizer")))
-        self.sink.emit(rec)
+        self._begin(req, rec)
         try:
             out = wrapped(*args, **kwargs)
         except Exception as e:
-            self._crash(req, "generate", e)
-            self._finish(req, format_outcome([], f"crash:{req.crash}"), [], {})
+            self._end_crashed(req, "generate", e)
             raise
         finally:
             self._local.req = None
@@ -206,7 +225,7 @@ class TransformersInstrumentor(BaseInstrumentor):
         if getattr(out, "logits", None) is not None and self.sink.recording:
             extra["logits"] = [_f32(s[0]) for s in out.logits]
         max_new = kwargs.get("max_new_tokens", instance.generation_config.max_new_tokens)
-        self._finish(req, outcome_of(new, eos_ids, max_new), new, extra)
+        self._end(req, outcome_of(new, eos_ids, max_new), {"tokens": new, **extra})
         return out
 
     def _setup(self, model: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -217,7 +236,7 @@ class TransformersInstrumentor(BaseInstrumentor):
         try:
             args = {k: self._portable(v) for k, v in kwargs.items()
                     if k not in ("input_ids", "inputs", "attention_mask", "streamer")}
-            blob = portable.dumps({"model": self._portable(model, own=True), "kwargs": args})
+            blob = portable.dumps({"model": self._portable(model, own=True), "kwargs": args}, self.portable_allowlist)
         except portable.NotPortable as e:
             return {"unportable": str(e)}
         key = portable.digest(blob)
@@ -245,10 +264,6 @@ class TransformersInstrumentor(BaseInstrumentor):
             dtype = str(v.dtype).removeprefix("torch.")
             return portable.Ref("model", path, dtype, v.generation_config if own else None, load=load)
         return v
-
-    def _finish(self, req: _Request, outcome: str, new: list[int], extra: dict[str, Any]) -> None:
-        self.sink.emit({"type": "return", "req": req.id, "tokens": new, "outcome": outcome, **extra})
-        self.last_request = req
 
     def _mode(self, mode: str) -> Any:
         def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -280,8 +295,8 @@ class TransformersInstrumentor(BaseInstrumentor):
                 req.account(self.sink, _ids(ids[0]))
                 req.last_draft = (int(ids.shape[-1]), _ids(cand[0, ids.shape[-1]:]))
                 req.candidate_pending = True
-            self.sink.count("drafter_calls")
-            self.sink.count("proposed", n)
+            self.sink.count(Counter.DRAFTER_CALLS)
+            self.sink.count(Counter.PROPOSED, n)
             rec = {"type": "draft", "req": None if req is None else req.id, "drafter": type(instance).__name__,
                    "committed": _ids(ids), "draft": _ids(cand[0, ids.shape[-1]:])}
             if settings is not None:
@@ -334,7 +349,7 @@ class TransformersInstrumentor(BaseInstrumentor):
             out = wrapped(*args, **kwargs)
         finally:
             req.elements, req.list_role = outer
-        self.sink.count("processor_calls")
+        self.sink.count(Counter.PROCESSOR_CALLS)
         if not self.sink.recording:
             return out
         n = int(ids.shape[-1])
@@ -384,7 +399,7 @@ class TransformersInstrumentor(BaseInstrumentor):
         out = wrapped(*args, **kwargs)
         req = self._req
         if req is not None and req.depth == 1:
-            self.sink.count("stop_checks")
+            self.sink.count(Counter.STOP_CHECKS)
             # 5.17 also evaluates stopping on the candidate (committed ids + drafts) before verification
             where = "candidate" if req.candidate_pending and req.mode == "assisted" else "committed"
             self.sink.emit({"type": "stop_check", "req": req.id, "ids": _ids(args[0][0]), "where": where,
@@ -396,7 +411,7 @@ class TransformersInstrumentor(BaseInstrumentor):
         req = self._req
         if req is not None:
             arg = args[0] if args else next(iter(kwargs.values()), None)
-            self.sink.count("kv_removals")
+            self.sink.count(Counter.KV_REMOVALS)
             self.sink.emit({"type": "crop", "req": req.id, "depth": req.depth, "arg": int(arg),
                             "arg_type": type(arg).__name__})
         return out

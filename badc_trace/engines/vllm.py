@@ -38,17 +38,11 @@ from typing import Any
 
 import wrapt
 
-from badc_trace.instrument import BaseInstrumentor, TraceSink
+from badc_trace.instrument import BaseInstrumentor, Counter, Request, TraceSink
 from badc_trace.outcomes import format_outcome
 
 KEY = "badc_req"
 CHILD = re.compile(r"(\d+)_")  # vLLM names completion i of a request with n > 1 "i_<request id>"
-
-
-class _Request:
-    def __init__(self, rid: int):
-        self.id = rid
-        self.crash: str | None = None
 
 
 class _Step:
@@ -157,15 +151,14 @@ def _chosen(tokens: list[int], logprobs: Any) -> list[float | None]:
     return out
 
 
-def _return_record(rid: int, completions: list[Any], tokens_of: Any, prompt: list[int] | None = None,
-                   prompt_logprobs: Any = None) -> dict[str, Any]:
-    """The first completion's tokens and finish (and logprobs, where asked for: channel R), and with n > 1
-    every completion's (by its index)."""
+def _returned(completions: list[Any], tokens_of: Any, prompt: list[int] | None = None,
+              prompt_logprobs: Any = None) -> tuple[str, dict[str, Any]]:
+    """The outcome, and the return record's fields: the first completion's tokens and finish (and
+    logprobs, where asked for: channel R), and with n > 1 every completion's (by its index)."""
     c = completions[0] if completions else None
     tokens = [int(t) for t in tokens_of(c)] if c is not None else []
     finish = c.finish_reason if c is not None else None
-    rec = {"type": "return", "req": rid, "tokens": tokens, "finish_reason": finish,
-           "stop_reason": c.stop_reason if c is not None else None, "outcome": format_outcome(tokens, finish or "none")}
+    rec = {"tokens": tokens, "finish_reason": finish, "stop_reason": c.stop_reason if c is not None else None}
     if c is not None and c.logprobs is not None:
         rec["logprobs"] = _chosen(tokens, c.logprobs)
     if prompt_logprobs is not None and prompt:
@@ -173,7 +166,7 @@ def _return_record(rid: int, completions: list[Any], tokens_of: Any, prompt: lis
     if len(completions) > 1:
         rec["completions"] = [{"index": x.index, "tokens": [int(t) for t in tokens_of(x)],
                                "finish_reason": x.finish_reason} for x in completions]
-    return rec
+    return format_outcome(tokens, finish or "none"), rec
 
 
 def _pieces(tok: Any) -> list[bytes]:
@@ -247,9 +240,8 @@ class VllmInstrumentor(BaseInstrumentor):
         self._vocab(getattr(tok, "name_or_path", "tokenizer"), lambda: _pieces(tok))
         reqs, tagged = [], []
         for prompt, p in zip(prompts, plist, strict=True):
-            req = _Request(next(self._ids))
+            req = self._begin(self._new_request(), current=False)  # its record waits for its first row
             reqs.append(req)
-            self.sink.count("requests")
             q = p.clone()
             q.extra_args = {**(q.extra_args or {}), KEY: req.id}
             tagged.append(q)
@@ -263,24 +255,22 @@ class VllmInstrumentor(BaseInstrumentor):
         except Exception as e:
             for req in reqs:
                 self._flush(req.id)
-                self._crash(req, "caller", e)
-                self.sink.emit({"type": "return", "req": req.id, "tokens": [], "finish_reason": "crash",
-                                "outcome": format_outcome([], f"crash:{type(e).__name__}")})
+                self._end_crashed(req, "caller", e)
             raise
         finally:
             self._local.req = None
         for req, out, p in zip(reqs, outs, plist, strict=True):
             self._flush(req.id)
-            rec = _return_record(req.id, list(out.outputs), lambda c: c.token_ids, out.prompt_token_ids,
-                                 out.prompt_logprobs)
+            outcome, rec = _returned(list(out.outputs), lambda c: c.token_ids, out.prompt_token_ids,
+                                     out.prompt_logprobs)
             if p.stop and len(out.outputs) == 1:
                 rec.update(_stop_texts(tok, rec["tokens"], out.outputs[0].text, p))
-            self.sink.emit(rec)
+            self._end(req, outcome, rec)
         return outs
 
     def _generate_counted(self, wrapped: Any, n: int, args: tuple, kwargs: dict) -> Any:
-        self.sink.count("requests", n)
-        self._local.req = _Request(-1)  # marks the outermost call
+        self.sink.count(Counter.REQUESTS, n)
+        self._local.req = Request(-1)  # marks the outermost call
         try:
             return wrapped(*args, **kwargs)
         except Exception as e:
@@ -300,8 +290,7 @@ class VllmInstrumentor(BaseInstrumentor):
         params = args[1] if len(args) > 1 else kwargs.get("sampling_params")
         if not isinstance(params, SamplingParams):  # pooling requests: nothing to check
             return wrapped(*args, **kwargs)
-        req = _Request(next(self._ids))
-        self.sink.count("requests")
+        req = self._begin(self._new_request(), current=False)  # its record is written when its stream ends
         q = params.clone()
         q.extra_args = {**(q.extra_args or {}), KEY: req.id}
         if len(args) > 1:
@@ -328,16 +317,14 @@ class VllmInstrumentor(BaseInstrumentor):
                         tokens[c.index] = tokens.get(c.index, []) + list(c.token_ids) if delta else list(c.token_ids)
                     yield out
             except BaseException as e:  # a crash, or the client went away (cancelled)
-                self._crash(req, "caller", e)
                 emit(_request_record(req.id, getattr(last, "prompt_token_ids", None), params, stops, constraints))
-                emit({"type": "return", "req": req.id, "tokens": [], "finish_reason": "crash",
-                      "outcome": format_outcome([], f"crash:{type(e).__name__}")})
+                self._end_crashed(req, "caller", e)
                 raise
             emit(_request_record(req.id, getattr(last, "prompt_token_ids", None), params, stops, constraints))
-            rec = _return_record(req.id, [completions[i] for i in sorted(completions)], lambda c: tokens[c.index])
+            outcome, rec = _returned([completions[i] for i in sorted(completions)], lambda c: tokens[c.index])
             if params.stop and len(completions) == 1 and tok is not None and not delta:
                 rec.update(_stop_texts(tok, rec["tokens"], completions[0].text, params))
-            emit(rec)
+            self._end(req, outcome, rec)
 
         return stream()
 
@@ -359,7 +346,7 @@ class VllmInstrumentor(BaseInstrumentor):
         try:
             self._emit_step(step, committed, out)
         except Exception:  # a probe must never break the engine
-            self.sink.count("probe_errors")
+            self.sink.count(Counter.PROBE_ERRORS)
         return out
 
     def _emit_step(self, step: _Step, committed: dict[str, int], out: Any) -> None:
@@ -368,10 +355,10 @@ class VllmInstrumentor(BaseInstrumentor):
         ndrafts = step.spec.num_draft_tokens if step.spec is not None else [0] * len(sampled)
         rids = runner.input_batch.req_ids
         ns = [ndrafts[i] if i < len(ndrafts) else 0 for i in range(len(rids))]
-        self.sink.count("proposed", sum(ns))
-        self.sink.count("accepted", sum(max(0, sum(1 for t in sampled[i] if t >= 0) - 1)
+        self.sink.count(Counter.PROPOSED, sum(ns))
+        self.sink.count(Counter.ACCEPTED, sum(max(0, sum(1 for t in sampled[i] if t >= 0) - 1)
                                         for i, n in enumerate(ns) if n))
-        self.sink.count("processor_calls", sum(ns) + len(ns))
+        self.sink.count(Counter.PROCESSOR_CALLS, sum(ns) + len(ns))
         if not self.sink.recording:
             return
         drafts_flat = step.spec.draft_token_ids.tolist() if step.spec is not None else []
@@ -428,5 +415,5 @@ class VllmInstrumentor(BaseInstrumentor):
 
     def _propose(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         out = wrapped(*args, **kwargs)
-        self.sink.count("drafter_calls", sum(1 for d in out if len(d)))
+        self.sink.count(Counter.DRAFTER_CALLS, sum(1 for d in out if len(d)))
         return out

@@ -190,6 +190,8 @@ def test_probes_uninstrument_restores_everything_and_check_versions(tmp_path):
         # the temperature defect's uninitialized memory); one config, one LLM (see docs/engines/vllm.md)
         greedy = vl.ENGINE.parse_config({BASE | {"id": "p", "sampling": {"temperature": 0.0}}!r})
         res = collect(vl.ENGINE, greedy, "on", 30, 3, trace_path=trace)
+        last = VllmInstrumentor().last_request  # kept by the probe base class, vLLM's probe included
+        assert last is not None and last.id == 29 and last.crash is None and last.outcome, last
         # level counts takes a shorter path (no tags, no records): the same counters as level calls
         counted = collect(vl.ENGINE, greedy, "on", 30, 3, level="counts").counters
         assert counted == res.counters and counted["accepted"] > 0, (counted, res.counters)

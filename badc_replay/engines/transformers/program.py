@@ -14,6 +14,9 @@ from typing import Any
 from badc_replay.engines.transformers.harness import load_pretrained
 from badc_replay.engines.transformers.kernel import Kernel
 from badc_trace import portable
+from badc_trace.engines.transformers import TransformersInstrumentor
+
+PORTABLE = TransformersInstrumentor.portable_allowlist  # what replay loads from a trace's recorded arguments
 
 # Keywords that only choose the drafter: the sequential kernel runs without them (and so never
 # loads an assistant model), the processors and stop rules it builds do not depend on them.
@@ -47,10 +50,10 @@ class ProgramKernels:
                                        "does not hold")
         slot = (key, tuple(request["prompt"]))
         if slot not in self._kernels:
-            model = self._model(portable.loads(blob)["model"])
+            model = self._model(portable.loads(blob, PORTABLE)["model"])
 
             def call_kwargs() -> dict[str, Any]:  # fresh objects for every call: processors keep state
-                args = portable.loads(blob)["kwargs"]
+                args = portable.loads(blob, PORTABLE)["kwargs"]
                 return {k: self._resolve(v) for k, v in args.items() if k not in SPECULATIVE}
 
             self._kernels[slot] = Kernel.of_program(model, request["prompt"], call_kwargs)
@@ -59,7 +62,7 @@ class ProgramKernels:
     def _model(self, ref: portable.Ref) -> Any:
         import torch
 
-        slot = (ref.path, ref.load, ref.dtype, portable.digest(portable.dumps(ref.generation_config)))
+        slot = (ref.path, ref.load, ref.dtype, portable.digest(portable.dumps(ref.generation_config, PORTABLE)))
         if slot not in self._models:
             try:  # the weights alone: a folder without tokenizer files (a program that passes ids) is common
                 model = load_pretrained("model", ref.path, dict(ref.load))
