@@ -66,8 +66,41 @@ class Build:
 
 
 def load_builds(path: Path | None = None) -> dict[str, Build]:
-    """The declared builds: `path`, else the file BADC_BUILDS_FILE names, else badc's builds.toml."""
-    with open(path or os.environ.get("BADC_BUILDS_FILE") or BUILDS_FILE, "rb") as f:
+    """The declared builds: `path`, else the file BADC_BUILDS_FILE names, else badc's builds.toml and
+    the builds files of the engine packages installed here (`ENTRY_POINT`)."""
+    chosen = path or os.environ.get("BADC_BUILDS_FILE")
+    files = [Path(chosen)] if chosen else [BUILDS_FILE, *engine_builds_files()]
+    builds: dict[str, Build] = {}
+    for file in files:
+        for name, build in _read(file).items():
+            if name in builds:
+                raise LookupError(f"build {name!r} is declared twice: in {file} and in an earlier builds file")
+            builds[name] = build
+    return builds
+
+
+# An engine package declares its builds here: `NAME = "package.module:ATTR"`, ATTR being the path of a
+# TOML file with `[builds.ENGINE-VERSION]` tables like badc's own builds.toml (a build with `main = true`
+# runs in badc's own environment, where the package is installed).
+ENTRY_POINT = "badc.builds"
+
+
+def engine_builds_files() -> list[Path]:
+    """The builds files the installed engine packages declare (their modules are imported to find them)."""
+    import importlib.metadata
+
+    out = []
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT), key=lambda e: e.name):
+        try:
+            out.append(Path(ep.load()))
+        except Exception as e:  # a broken engine package must not hide every other build
+            raise LookupError(f"the builds of engine package entry {ep.name!r} ({ep.value}) could not be "
+                              f"loaded: {type(e).__name__}: {e}") from None
+    return out
+
+
+def _read(file: Path) -> dict[str, Build]:
+    with open(file, "rb") as f:
         table = tomllib.load(f)["builds"]
     return {
         name: Build(name=name, engine=b["engine"], version=b["version"],
@@ -89,7 +122,8 @@ def build_for(engine: str, version: str) -> Build:
     name = f"{engine}-{version}"
     if name not in builds:
         known = ", ".join(sorted(b for b in builds if b.startswith(engine + "-"))) or "none"
-        raise LookupError(f"no build {name!r} is declared in {BUILDS_FILE.name} (known for {engine}: {known})")
+        raise LookupError(f"no build {name!r} is declared in {BUILDS_FILE.name} or by an installed engine package "
+                          f"(known for {engine}: {known})")
     build = builds[name]
     if not build.installed:
         raise LookupError(f"build {name!r} is not set up: run `python3.11 tools/setup_envs.py --builds {name}`")

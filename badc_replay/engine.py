@@ -25,7 +25,7 @@ import importlib.metadata
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import pydantic
 
@@ -40,19 +40,41 @@ from badc_replay.violations import CALL_TYPES, Violation
 from badc_trace.registry import probe_class
 
 # Re-exported for engines, which take the protocol's helpers from here.
-__all__ = ["CAMPAIGN_KEYS", "ConfigError", "Engine", "SimulatorCheck", "nearest", "strict", "validation_problems"]
+__all__ = ["CAMPAIGN_KEYS", "ConfigError", "Engine", "EngineConfig", "Harness", "SimulatorCheck", "nearest", "strict",
+           "validation_problems"]
 
 # Keys of a campaign `[[config]]` that badc itself reads; every other key is the engine's.
 CAMPAIGN_KEYS = ("id", "engine", "build", "role", "priority", "stratum", "hypothesis", "predicates", "repair",
                  "applied", "variants", "variant_of")
 
 
-class Engine(ABC):
-    """One engine's offline and live sides (see the module docstring for the rules)."""
+class EngineConfig(Protocol):
+    """What badc reads of every engine's config: a `strict` dataclass with an `id`."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    id: str
+
+
+C = TypeVar("C", bound=EngineConfig)  # the engine's config class
+
+
+class Harness(Protocol):
+    """One arm of a config, made by `Engine.harness`: `draw(seed)` runs one request as a user would and
+    returns its outcome (with `Engine.batch` > 1: `draw(seeds)`, the outcomes); `repair_target` is the
+    object a repair's `apply()` patches."""
+
+    repair_target: Any
+
+    def draw(self, seed: Any) -> Any: ...
+
+
+class Engine(ABC, Generic[C]):
+    """One engine's offline and live sides (see the module docstring for the rules), generic in its
+    config class: `class MyEngine(Engine[MyConfig])`."""
 
     name: ClassVar[str]  # the same name in every layer: campaign files, traces, builds.toml, probes
     package: ClassVar[str]  # the distribution whose version is the build
-    config_class: ClassVar[type]  # a `strict` dataclass with an `id` field: the engine's config keys
+    config_class: type[C]  # a `strict` dataclass with an `id` field: the engine's config keys
     trace_level: ClassVar[str] = "calls"  # the trace level decision arms are recorded at
     call_types: ClassVar[tuple[str, ...]] = CALL_TYPES  # record types that are calls of the contract
     # record type -> its typed schema (badc_replay/schema.py), checked before any check reads a record;
@@ -66,7 +88,7 @@ class Engine(ABC):
 
     # -- configs (offline) ------------------------------------------------------------------------
 
-    def parse_config(self, d: Mapping[str, Any]) -> Any:
+    def parse_config(self, d: Mapping[str, Any]) -> C:
         """The engine's config from a campaign `[[config]]` (badc's own keys left out), validated
         completely: an unknown key, a wrong type or a bad value is a ConfigError naming it."""
         cid = str(d.get("id", "?"))
@@ -81,12 +103,12 @@ class Engine(ABC):
     def config_keys(self) -> list[str]:
         return list(getattr(self.config_class, "__pydantic_fields__", {}))
 
-    def check_native(self, cfg: Any) -> list[str]:
+    def check_native(self, cfg: C) -> list[str]:
         """Live: problems with engine-native keywords (`generate()` / `SamplingParams` keys) that only the
         installed engine can judge; run under the build's interpreter before a campaign is sealed."""
         return []
 
-    def refusal(self, cfg: Any) -> str | None:
+    def refusal(self, cfg: C) -> str | None:
         """Live: the engine's own message where it refuses this config with speculation on (a documented
         limitation: the config is reported as refused, never decided), else None."""
         return None
@@ -103,28 +125,28 @@ class Engine(ABC):
     # -- drawing (live) ---------------------------------------------------------------------------
 
     @abstractmethod
-    def harness(self, cfg: Any, speculative: bool) -> Any:
+    def harness(self, cfg: C, speculative: bool) -> Harness:
         """An object whose `draw(seed) -> outcome` (or, with `batch` > 1, `draw(seeds) -> outcomes`) runs
         one request as a user would, and whose `repair_target` is what a repair's `apply()` patches."""
 
-    def trace_config(self, cfg: Any, arm: str) -> dict[str, Any]:
+    def trace_config(self, cfg: C, arm: str) -> dict[str, Any]:
         """What a trace header holds of the config: what `check_request` and `replay_context` read."""
         from dataclasses import asdict
 
         return {**asdict(cfg), "arm": arm}
 
-    def returns_records(self, cfg: Any) -> bool:
+    def returns_records(self, cfg: C) -> bool:
         """Whether the config asks the engine for records (logprobs, scores): channel R."""
         return False
 
-    def check_records(self, cfg: Any, harness: Any, trace_path: str) -> dict[str, Any]:
+    def check_records(self, cfg: C, harness: Harness, trace_path: str) -> dict[str, Any]:
         """Live, channel R: the returned records of a finished trace against their documented values
         (`draws`, `mismatch`, `positions`, `first_mismatch`)."""
         raise NotImplementedError(f"engine {self.name}: no check of returned records")
 
     # -- laws (live) ------------------------------------------------------------------------------
 
-    def enumerable(self, cfg: Any) -> bool:
+    def enumerable(self, cfg: C) -> bool:
         """Whether P can be enumerated: the config's model is an embedded tiny one. Any other model (a named
         checkpoint, a path) is decided on an event family frozen from a sealed pilot, without P."""
         from badc_trace.checkpoints import enumerable
@@ -132,10 +154,10 @@ class Engine(ABC):
         return enumerable(getattr(cfg, "model", "tiny"))
 
     @abstractmethod
-    def reference_law(self, cfg: Any) -> ExactLaw:
+    def reference_law(self, cfg: C) -> ExactLaw:
         """P: the exact law of returned outputs of sequential decoding (the kernel adapter, A1-A4)."""
 
-    def speculative_law(self, cfg: Any, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
+    def speculative_law(self, cfg: C, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
         """The exact channel: mu, the law of returned outcomes of the live speculation-on engine (with the
         frozen repairs `patches` applied, in order, as an arm gets them), enumerated with only the engine's
         random draws scripted. `soundness`: leaves to re-run (the soundness pass).
@@ -143,21 +165,21 @@ class Engine(ABC):
         soundly; an engine without the capability is UNSUPPORTED."""
         raise ExactUnavailable(UNSUPPORTED, f"engine {self.name} has no exact channel (Engine.speculative_law)")
 
-    def outcome_texts(self, cfg: Any, outcomes: Sequence[str]) -> dict[str, str]:
+    def outcome_texts(self, cfg: C, outcomes: Sequence[str]) -> dict[str, str]:
         """Live: each outcome's returned text, decoded by the engine's tokenizer, for reports (default: none)."""
         return {}
 
-    def hypothesis_law(self, cfg: Any, hypothesis: str) -> ExactLaw:
+    def hypothesis_law(self, cfg: C, hypothesis: str) -> ExactLaw:
         raise ValueError(f"config {cfg.id}: unknown {self.name} hypothesis {hypothesis!r} "
                          f"({nearest(hypothesis, list(self.hypotheses))})")
 
-    def simulator_check(self, cfg: Any) -> SimulatorCheck:
+    def simulator_check(self, cfg: C) -> SimulatorCheck:
         """The hypothesis simulator with the contract's reads against P (`simulator_metric`)."""
         raise NotImplementedError(f"engine {self.name}: no hypothesis simulator")
 
     # -- predicates and contract replay (offline) -------------------------------------------------
 
-    def predicate(self, name: str, cfg: Any) -> Callable[[str], bool]:
+    def predicate(self, name: str, cfg: C) -> Callable[[str], bool]:
         """A registered witness predicate: a pure function of an outcome string, True when it violates."""
         raise ValueError(f"config {cfg.id}: unknown {self.name} predicate {name!r} "
                          f"({nearest(name, list(self.predicates))})")

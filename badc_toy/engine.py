@@ -8,7 +8,7 @@ defect gives that defect's law.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -115,7 +115,8 @@ class ToyEngine:
     """`generate()` returns (tokens, finish reason, logprobs); finish is eos, stop or length."""
 
     def __init__(self, model: ToyModel, *, speculative: bool = False, num_tokens: int = 3, max_ngram_size: int = 2,
-                 processors: list[dict[str, Any]] | None = None, stopping: list[dict[str, Any]] | None = None,
+                 processors: Sequence[Mapping[str, Any]] | None = None,
+                 stopping: Sequence[Mapping[str, Any]] | None = None,
                  defects: tuple[str, ...] = ()):
         unknown = set(defects) - set(DEFECTS)
         if unknown:

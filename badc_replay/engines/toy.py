@@ -22,7 +22,7 @@ import numpy as np
 import pydantic
 from typing_extensions import TypedDict
 
-from badc_replay.engine import Engine, SimulatorCheck, strict
+from badc_replay.engine import Engine, Harness, SimulatorCheck, strict
 from badc_replay.enumeration import ExactLaw, enumerate_law
 from badc_replay.exact import SpeculativeLaw
 from badc_replay.records import RecordTally, returns_with_records
@@ -64,8 +64,8 @@ class ToyConfig:
     model: str = "tiny"
     prompt: list[Annotated[int, pydantic.Field(ge=0, le=4)]] = field(default_factory=lambda: [0, 1, 2, 0, 1])
     max_new_tokens: Annotated[int, pydantic.Field(ge=1, le=8)] = 4
-    drafter: ToyDrafter = field(default_factory=lambda: {"method": "prompt_lookup", "num_tokens": 3,
-                                                         "max_ngram_size": 2})
+    drafter: ToyDrafter = field(default_factory=lambda: ToyDrafter(method="prompt_lookup", num_tokens=3,
+                                                                   max_ngram_size=2))
     processors: list[ToyProcessor] = field(default_factory=list)
     stopping: list[ToyStop] = field(default_factory=list)
     defects: list[Literal["D1", "D2", "D3", "D4", "R1"]] = field(default_factory=list)
@@ -99,7 +99,7 @@ def make_engine(cfg: ToyConfig, speculative: bool, defects: tuple[str, ...] | No
                      stopping=cfg.stopping, defects=tuple(cfg.defects if defects is None else defects))
 
 
-class Harness:
+class ToyHarness:
     """One arm of a config: `draw(seed)` runs one request with its own seeded sampler."""
 
     def __init__(self, cfg: ToyConfig, speculative: bool):
@@ -131,7 +131,7 @@ def speculative_law(cfg: ToyConfig, patches: Sequence[str] = ()) -> SpeculativeL
     nothing is pruned; drafts proposed are counted at `_verified`."""
     from badc_replay.repairs import load_intervention
 
-    h = Harness(cfg, speculative=True)
+    h = ToyHarness(cfg, speculative=True)
     for rid in patches:
         load_intervention(rid).apply(h.repair_target)
     proposed = [0]
@@ -212,7 +212,7 @@ RECORDS = {
 }
 
 
-class ToyEngineAdapter(Engine):
+class ToyEngineAdapter(Engine[ToyConfig]):
     name = "toy"
     package = "badc"
     record_schema = RECORDS
@@ -221,8 +221,8 @@ class ToyEngineAdapter(Engine):
     predicates = ("min_tokens", "past_stop", "max_new_tokens")
     simulator_metric = "max abs difference"
 
-    def harness(self, cfg: ToyConfig, speculative: bool) -> Harness:
-        return Harness(cfg, speculative)
+    def harness(self, cfg: ToyConfig, speculative: bool) -> ToyHarness:
+        return ToyHarness(cfg, speculative)
 
     def trace_config(self, cfg: ToyConfig, arm: str) -> dict[str, Any]:
         return {"id": cfg.id, "arm": arm, "processors": cfg.processors, "stopping": cfg.stopping,

@@ -45,7 +45,7 @@ HYPOTHESES = {
 }
 
 
-class LlamaCppEngine(Engine):
+class LlamaCppEngine(Engine[LlamaConfig]):
     name = "llama_cpp"
     package = "llama-cpp-python"
     record_schema = RECORDS

