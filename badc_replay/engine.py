@@ -14,7 +14,7 @@ Rules every engine keeps:
 - the probe (badc_trace) keeps the probe contract of `BaseInstrumentor` (docs/engines/protocol.md):
   requests through its `_new_request`/`_begin`/`_end` helpers, named counters.
 
-Live means "runs the engine" (`harness`, `collect`, `reference_law`, `hypothesis_law`,
+Live means "runs the engine" (`harness`, `reference_law`, `hypothesis_law`,
 `simulator_check`, `check_native`, `check_records`, `replay_context`, `score_request`); offline means
 "reads a config, an outcome or a trace only" (`parse_config`, `predicate`, `check_request`).
 """

@@ -35,7 +35,7 @@ DENIED_CLASSES = frozenset({("numpy", "memmap")})  # constructing one opens (and
 @dataclass(frozen=True)
 class Allowlist:
     """What one engine's recorded arguments may hold beyond plain values, tensors and `Ref`s, declared by
-    its probe (`BaseInstrumentor.portable`): classes of these module prefixes, these rebuild functions
+    its probe (`BaseInstrumentor.portable_allowlist`): classes of these module prefixes, these rebuild functions
     (module, name), and `reducers()` for its native objects that do not pickle (type -> reducer)."""
 
     class_prefixes: tuple[str, ...] = ()
