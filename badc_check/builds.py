@@ -9,7 +9,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BUILDS_FILE = Path(__file__).with_name("builds.toml")
 READY_STAMP = ".badc-ready"
 
 
@@ -48,7 +47,7 @@ class Build:
         CHECKPOINTS = module.CHECKPOINTS
         unknown = [m for m in self.models if m not in CHECKPOINTS]
         if unknown:
-            raise LookupError(f"build {self.name!r}: unknown model(s) {', '.join(unknown)} in {BUILDS_FILE.name} "
+            raise LookupError(f"build {self.name!r}: unknown model(s) {', '.join(unknown)} in its builds file "
                               f"(known: {', '.join(CHECKPOINTS)})")
         return [CHECKPOINTS[m].requirement for m in self.models]
 
@@ -66,10 +65,14 @@ class Build:
 
 
 def load_builds(path: Path | None = None) -> dict[str, Build]:
-    """The declared builds: `path`, else the file BADC_BUILDS_FILE names, else badc's builds.toml and
-    the builds files of the engine packages installed here (`ENTRY_POINT`)."""
+    """The declared builds: `path`, else the file BADC_BUILDS_FILE names, else the builds files of the
+    engine packages installed here (`ENTRY_POINT`; badc's own engines declare theirs the same way)."""
     chosen = path or os.environ.get("BADC_BUILDS_FILE")
-    files = [Path(chosen)] if chosen else [BUILDS_FILE, *engine_builds_files()]
+    return read_builds([Path(chosen)] if chosen else engine_builds_files())
+
+
+def read_builds(files: list[Path]) -> dict[str, Build]:
+    """The builds `files` declare, a name declared twice being an error."""
     builds: dict[str, Build] = {}
     for file in files:
         for name, build in _read(file).items():
@@ -79,24 +82,42 @@ def load_builds(path: Path | None = None) -> dict[str, Build]:
     return builds
 
 
-# An engine package declares its builds here: `NAME = "package.module:ATTR"`, ATTR being the path of a
-# TOML file with `[builds.ENGINE-VERSION]` tables like badc's own builds.toml (a build with `main = true`
-# runs in badc's own environment, where the package is installed).
+# An engine package declares its builds here, as a TOML file of `[builds.ENGINE-VERSION]` tables
+# (docs/engines/protocol.md): `NAME = "package"`, the file being that package's builds.toml, or
+# `NAME = "package.module:ATTR"`, ATTR being the file's path. A build with `main = true` runs in badc's
+# own environment, where the package is installed.
 ENTRY_POINT = "badc.builds"
+BUILDS_FILE_NAME = "builds.toml"
 
 
 def engine_builds_files() -> list[Path]:
-    """The builds files the installed engine packages declare (their modules are imported to find them)."""
+    """The builds files the installed engine packages declare (their packages are imported to find them)."""
     import importlib.metadata
 
+    from badc_trace.registry import declared_path
+
+    eps = sorted(importlib.metadata.entry_points(group=ENTRY_POINT), key=lambda e: e.name)
+    if not eps:
+        raise LookupError(f"no engine package declares builds (entry point {ENTRY_POINT!r}): badc is not installed "
+                          "in this interpreter; run `python3.11 tools/setup_envs.py` (README)")
     out = []
-    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT), key=lambda e: e.name):
+    for ep in eps:
         try:
-            out.append(Path(ep.load()))
+            path = declared_path(ep.value)
+            out.append(path if ":" in ep.value else path / BUILDS_FILE_NAME)
         except Exception as e:  # a broken engine package must not hide every other build
             raise LookupError(f"the builds of engine package entry {ep.name!r} ({ep.value}) could not be "
                               f"loaded: {type(e).__name__}: {e}") from None
     return out
+
+
+def checkout_builds_files(root: Path) -> list[Path]:
+    """The builds files badc's own engines declare in the checkout at `root`, read from its pyproject.toml
+    without importing anything (for tools/setup_envs.py, whose interpreter has no badc installed yet).
+    Only the `package` form, which names a file by path."""
+    with open(root / "pyproject.toml", "rb") as f:
+        declared = tomllib.load(f)["project"]["entry-points"][ENTRY_POINT]
+    return [root.joinpath(*package.split("."), BUILDS_FILE_NAME) for _, package in sorted(declared.items())]
 
 
 def _read(file: Path) -> dict[str, Build]:
@@ -122,7 +143,7 @@ def build_for(engine: str, version: str) -> Build:
     name = f"{engine}-{version}"
     if name not in builds:
         known = ", ".join(sorted(b for b in builds if b.startswith(engine + "-"))) or "none"
-        raise LookupError(f"no build {name!r} is declared in {BUILDS_FILE.name} or by an installed engine package "
+        raise LookupError(f"no build {name!r} is declared by an installed engine package's builds file "
                           f"(known for {engine}: {known})")
     build = builds[name]
     if not build.installed:

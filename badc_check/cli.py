@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from badc_trace.files import write_json
-from badc_trace.tiny import ENGINES
+from badc_trace.tiny import engines
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -112,7 +112,7 @@ def _trace_set(path: str) -> list[str]:
 
 def _replay_in_build(args: argparse.Namespace) -> int | None:
     """Parts of a contract that need the engine (transformers' D2/D3) are checked by running the same
-    command under the interpreter of the trace's build: a build declared in builds.toml and set up here,
+    command under the interpreter of the trace's build: a build declared in its engine's builds file and set up here,
     nothing else (a trace is data: no interpreter or program named in it is ever run). None when this
     interpreter is that build's, or when no such build is set up (said on stderr; the caller reports
     what stays unchecked)."""
@@ -363,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     mo = sub.add_parser("models", help="show each installed build's tiny model and its first-step law",
                         description="For every installed engine build, load the embedded tiny model in "
                                     "the real engine and print its exact next-token law after the prompt.")
-    mo.add_argument("--engine", action="append", choices=ENGINES, help="only this engine (repeatable)")
+    mo.add_argument("--engine", action="append", choices=engines(), help="only this engine (repeatable)")
     mo.add_argument("--seed", type=int, help="model seed (default: each engine's default tiny seed)")
     mo.add_argument("--prompt", help="prompt text (default: abcdabcdab)")
     mo.add_argument("--json", action="store_true")

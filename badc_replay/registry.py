@@ -1,6 +1,7 @@
-"""Which engines exist: the built-in ones and those other packages register under the `badc.engines`
-entry point (`name = "module:ENGINE"`, an instance of `badc_replay.engine.Engine`), found the way
-pytest finds plugins. Nothing is imported until an engine is asked for by name.
+"""Which engines exist: those engine packages register under the `badc.engines` entry point
+(`name = "module:ENGINE"`, an instance of `badc_replay.engine.Engine`), found the way pytest finds
+plugins; badc's own engines register the same way (pyproject.toml). Nothing is imported until an
+engine is asked for by name.
 """
 
 from __future__ import annotations
@@ -11,10 +12,6 @@ from badc_replay.engine import Engine, protocol_problems
 from badc_trace.registry import load_object, nearest, registered
 
 ENTRY_POINT = "badc.engines"
-BUILTIN = {"transformers": "badc_replay.engines.transformers:ENGINE",
-           "llama_cpp": "badc_replay.engines.llama_cpp:ENGINE",
-           "vllm": "badc_replay.engines.vllm:ENGINE",
-           "toy": "badc_replay.engines.toy:ENGINE"}
 
 
 class UnknownEngineError(LookupError):
@@ -22,7 +19,7 @@ class UnknownEngineError(LookupError):
 
 
 def engine_paths() -> dict[str, str]:
-    return registered(ENTRY_POINT, BUILTIN)
+    return registered(ENTRY_POINT)
 
 
 def engine_names() -> list[str]:
@@ -33,7 +30,7 @@ def engine_names() -> list[str]:
 def get_engine(name: str) -> Engine:
     paths = engine_paths()
     if name not in paths:
-        raise UnknownEngineError(f"unknown engine {name!r} ({nearest(name, list(paths))}; an out-of-tree engine "
+        raise UnknownEngineError(f"unknown engine {name!r} ({nearest(name, list(paths))}; an engine package "
                                  f"registers itself under the {ENTRY_POINT!r} entry point)")
     engine = load_object(paths[name])
     if not isinstance(engine, Engine):

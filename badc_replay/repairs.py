@@ -4,24 +4,21 @@
 from __future__ import annotations
 
 import importlib.util
-from importlib.resources import files
 from pathlib import Path
 from types import ModuleType
 
-from badc_trace.registry import load_object, registered
+from badc_trace.registry import declared_path, registered
 
-PATCHES = Path(str(files("badc_replay") / "patches"))  # package data: there in a checkout and in a wheel
-# An engine package declares the folder of its repairs here: `ENGINE = "package.module:ATTR"`, ATTR being
-# a path holding NAME/intervention.py (and the diff), for repairs named `ENGINE/NAME`.
+# An engine package declares the folder of its repairs here (badc's own engines too, pyproject.toml):
+# `ENGINE = "package"` (a folder of the package's data, found without importing it) or
+# `ENGINE = "package.module:ATTR"` (ATTR holds the path); the folder holds NAME/intervention.py (and the
+# diff), for repairs named `ENGINE/NAME`.
 ENTRY_POINT = "badc.repairs"
 
 
 def repair_folders() -> dict[str, Path]:
-    """Engine name -> the folder of its repairs: badc's own engines', then the installed packages'."""
-    folders = {p.name: p for p in sorted(PATCHES.iterdir()) if p.is_dir()}
-    for engine, path in registered(ENTRY_POINT, {}).items():
-        folders.setdefault(engine, Path(load_object(path)))
-    return folders
+    """Engine name -> the folder of its repairs, for every engine package installed here."""
+    return {engine: declared_path(value) for engine, value in sorted(registered(ENTRY_POINT).items())}
 
 
 def known_repairs() -> list[str]:

@@ -12,11 +12,13 @@ newer file it is skipped and counted, so replay can say it was not checked.
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from badc_trace.format import FORMAT_VERSION, TraceFormatError, TraceReader
+from badc_trace.records import SHARED_TYPES, Counter
 
 _INT = frozenset({int})  # type(True) is bool: never an int here
 
@@ -158,14 +160,36 @@ def optional(spec: Spec) -> Spec:
 
 REQ = optional(INT)  # a record's request id (None: a call no request claims)
 
-# The record types every engine's probe writes (badc_trace/instrument.py).
+_SPECS: dict[Any, Spec] = {int: INT, str: STR, bool: BOOL, bytes: BYTES, list[int]: IDS, list[bytes]: ListOf(BYTES),
+                           int | None: REQ}
+
+
+def spec_of(record_type: type) -> Record:
+    """The schema of a typed record (a TypedDict of badc_trace/records.py): its required and optional
+    fields with their types; `type` is what the record is dispatched on, so it is not a field here."""
+    hints = typing.get_type_hints(record_type)
+    try:
+        fields = {k: _SPECS[t] for k, t in hints.items() if k != "type"}
+    except KeyError as e:
+        raise TypeError(f"{record_type.__name__}: no schema for the field type {e}") from None
+    optional_keys = record_type.__optional_keys__  # type: ignore[attr-defined]
+    return Record({k: v for k, v in fields.items() if k not in optional_keys},
+                  {k: v for k, v in fields.items() if k in optional_keys})
+
+
+# The record types every engine's probe writes (badc_trace/records.py), from the probes' own types.
 SHARED: dict[str, Record] = {
-    "vocab": Record({"name": STR, "pieces": ListOf(BYTES)}),
-    "counts": Record(optional={k: INT for k in ("requests", "proposed", "accepted", "drafter_calls",
-                                                "processor_calls", "stop_checks", "kv_removals", "crashes",
-                                                "probe_errors")}),
-    "crash": Record({"req": REQ, "where": STR, "exc": STR}, {"message": STR}),
+    **{kind: spec_of(t) for kind, t in SHARED_TYPES.items() if kind not in ("request", "return")},
+    "counts": Record(optional={str(c): INT for c in Counter}),
 }
+
+
+def extends(kind: str, required: Mapping[str, Spec] | None = None,
+            optional: Mapping[str, Spec] | None = None) -> Record:
+    """An engine's `request` or `return` record: the shared envelope (badc_trace/records.py) with the
+    engine's own fields."""
+    base = spec_of(SHARED_TYPES[kind])
+    return Record({**base.required, **(required or {})}, {**base.optional, **(optional or {})})
 
 
 @dataclass
@@ -183,6 +207,9 @@ def checked(reader: TraceReader, engine: str, schema: Mapping[str, Record],
             check: SchemaCheck | None = None) -> Iterator[dict[str, Any]]:
     """The reader's records, each checked against `schema` (the engine's record types) and SHARED. Types
     unknown here are skipped into `check` in a file of a newer minor version (refused without `check`)."""
+    missing = [kind for kind in ("request", "return") if kind not in schema]
+    if missing:  # every probe writes them (badc_trace/records.py): an engine's schema extends them
+        raise ValueError(f"engine {engine!r}: its record schema has no {' or '.join(map(repr, missing))} type")
     schemas = {**SHARED, **schema}
     version = reader.header.get("version", [1, 0])
     newer = version[0] == FORMAT_VERSION[0] and version[1] > FORMAT_VERSION[1]

@@ -8,7 +8,10 @@ not offer (an optional capability it does not implement is `skipped`, never pass
 - `config`: the config parses, round-trips through its fields, and an unknown key is refused by name with
   the nearest valid key;
 - `law`: P (`reference_law`) sums to one, with outcome strings badc can read;
-- `simulator`: the hypothesis simulator with the contract's reads reproduces P (`simulator_check`);
+- `simulator`: the hypothesis simulator with the contract's reads reproduces P (`simulator_check`), where
+  the engine offers the `Hypotheses` capability;
+- `predicates`: every registered predicate builds for the control (or refuses it by name) and gives a
+  bool on each outcome of P;
 - `arm`: a small speculation-on arm, drawn, traced and replayed: every draw a request, the contract held,
   every outcome in P's support;
 - `drafting`: that arm's drafter proposed tokens (`proposed` and `accepted` counted by the probe);
@@ -30,7 +33,7 @@ from typing import Any
 
 from badc_replay.arms import collect
 from badc_replay.contract import replay_trace
-from badc_replay.engine import ConfigError, Engine
+from badc_replay.engine import ConfigError, Engine, capabilities
 from badc_replay.exact import EXACT_TOL, ExactUnavailable, tv
 from badc_replay.violations import HELD, NOT_READ, UNCHECKED
 from badc_trace.outcomes import parse_outcome
@@ -52,6 +55,7 @@ class Conformance:
     engine: str
     config: str
     checks: tuple[KitCheck, ...]
+    capabilities: tuple[str, ...] = ()  # the optional capabilities the engine offers (badc_replay.engine)
 
     @property
     def failed(self) -> list[KitCheck]:
@@ -99,6 +103,8 @@ def _law(engine: Engine, cfg: Any) -> tuple[dict[str, float], KitCheck]:
 
 
 def _simulator(engine: Engine, cfg: Any) -> KitCheck:
+    if "Hypotheses" not in capabilities(engine):
+        return KitCheck("simulator", SKIPPED, f"engine {engine.name} does not offer the Hypotheses capability")
     try:
         check = engine.simulator_check(cfg)
     except NotImplementedError as e:
@@ -106,6 +112,27 @@ def _simulator(engine: Engine, cfg: Any) -> KitCheck:
     if not check.value <= SIMULATOR_TOL:
         return KitCheck("simulator", FAILED, f"{check.metric} {check.value:.3g} > {SIMULATOR_TOL:g}")
     return KitCheck("simulator", PASSED, f"{check.metric} {check.value:.3g}")
+
+
+def _predicates(engine: Engine, cfg: Any, law: Mapping[str, float]) -> KitCheck:
+    """Every registered predicate, built for the control, is a function of each outcome of P to a bool (or
+    refuses the config with a ValueError naming it: a predicate that needs keys the control lacks)."""
+    if not engine.predicates:
+        return KitCheck("predicates", SKIPPED, f"engine {engine.name} registers no predicate")
+    built, refused, problems = 0, [], []
+    for name in engine.predicates:
+        try:
+            pred = engine.predicate(name, cfg)
+        except ValueError as e:
+            (refused if cfg.id in str(e) else problems).append(f"{name}: {e}")
+            continue
+        bad = [y for y in law if not isinstance(pred(y), bool)]
+        if bad:
+            problems.append(f"{name} gives {type(pred(bad[0])).__name__}, not bool, for {bad[0]!r}")
+        built += 1
+    detail = f"{built} built and evaluated on P's {len(law)} outcomes" + (f", {len(refused)} refused the config"
+                                                                         if refused else "")
+    return KitCheck("predicates", FAILED if problems else PASSED, "; ".join(problems) or detail)
 
 
 def _arm(engine: Engine, cfg: Any, law: Mapping[str, float], trace: Path, draws: int, seed: int,
@@ -159,13 +186,13 @@ def conformance(engine: Engine, control: Mapping[str, Any], folder: Path | str, 
     folder.mkdir(parents=True, exist_ok=True)
     cfg, config_check = _config(engine, control)
     law, law_check = _law(engine, cfg)
-    checks = [config_check, law_check, _simulator(engine, cfg)]
+    checks = [config_check, law_check, _simulator(engine, cfg), _predicates(engine, cfg, law)]
     trace = folder / f"kit-{cfg.id}-on.badc"
     arm_checks, replayed = _arm(engine, cfg, law, trace, draws, seed, applied)
     checks += arm_checks
     checks.append(_unread(engine, trace) if replayed else KitCheck("unread", FAILED, "the arm replayed no request"))
     checks.append(_exact(engine, cfg, law, applied) if exact else KitCheck("exact", SKIPPED, "not asked (exact=False)"))
-    return Conformance(engine.name, cfg.id, tuple(checks))
+    return Conformance(engine.name, cfg.id, tuple(checks), tuple(capabilities(engine)))
 
 
 def check_engine(engine: Engine, control: Mapping[str, Any], folder: Path | str, **kwargs: Any) -> Conformance:

@@ -126,7 +126,7 @@ class ToyEngine:
         self.processor_specs, self.stop_specs = list(processors or []), list(stopping or [])
         self.defects = frozenset(defects)
 
-    # The methods below are the calls the probes record (badc_trace/engines/toy.py).
+    # The methods below are the calls the probes record (badc_toy/probe.py).
 
     def _propose(self, ids: list[int]) -> list[int]:
         """Prompt lookup: the tokens after the latest earlier match of the longest trailing n-gram."""

@@ -15,7 +15,6 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, TypeVar
 
 import numpy as np
@@ -26,25 +25,10 @@ from packaging.version import InvalidVersion, Version
 from badc_trace.format import _LEAVES, _LEAVES_AND_LIST, _STR, TraceWriter
 from badc_trace.outcomes import format_outcome
 from badc_trace.portable import PLAIN, Allowlist
+from badc_trace.records import Counter, crash_record, request_record, return_record, vocab_record
 
 LEVELS = ("counts", "calls", "full")
 
-
-class Counter(StrEnum):
-    """The counters a probe keeps (`TraceSink.count`), written to the trace's `counts` record at every
-    level. PROPOSED (draft tokens offered for verification) and ACCEPTED (those committed) are the
-    evidence that speculation was exercised: a probe that does not count them leaves every config
-    INCONCLUSIVE."""
-
-    REQUESTS = "requests"
-    PROPOSED = "proposed"
-    ACCEPTED = "accepted"
-    DRAFTER_CALLS = "drafter_calls"
-    PROCESSOR_CALLS = "processor_calls"
-    STOP_CHECKS = "stop_checks"
-    KV_REMOVALS = "kv_removals"
-    CRASHES = "crashes"
-    PROBE_ERRORS = "probe_errors"
 
 
 @dataclass(eq=False)
@@ -341,23 +325,25 @@ class BaseInstrumentor:
         return cls(next(self._ids), **fields)
 
     def _begin(self, req: R, record: dict[str, Any] | None = None, *, current: bool = True) -> R:
-        """`req` starts: counted, its request record written (`record`: the fields beside type and req;
+        """`req` starts: counted, its request record written (`record`: the fields beside type and req,
+        `prompt` and the engine's own, badc_trace/records.py;
         none at level counts, where building it would cost the engine time), and, with `current`, it is
         this thread's request in progress until `_end`."""
         if current:
             self._local.req = req
         self.sink.count(Counter.REQUESTS)
         if record is not None and self.sink.recording:
-            self.sink.emit({"type": "request", "req": req.id, **record})
+            self.sink.emit(request_record(req.id, **record))
         return req
 
     def _end(self, req: Request, outcome: str, record: dict[str, Any] | None = None) -> None:
         """`req` ended with `outcome`: its return record written (`record`: the fields beside type, req
-        and outcome), it becomes `last_request` (harnesses read its crash there: an exception the
-        engine swallowed still makes the draw a crash), and no request is in progress on this thread."""
+        and outcome, `tokens` and the engine's own, badc_trace/records.py), it becomes `last_request`
+        (harnesses read its crash there: an exception the engine swallowed still makes the draw a
+        crash), and no request is in progress on this thread."""
         req.outcome = outcome
         if self.sink.recording:
-            self.sink.emit({"type": "return", "req": req.id, **(record or {}), "outcome": outcome})
+            self.sink.emit(return_record(req.id, outcome=outcome, **(record or {})))
         self.last_request = req
         if getattr(self._local, "req", None) is req:
             self._local.req = None
@@ -374,8 +360,7 @@ class BaseInstrumentor:
         self.sink.count(Counter.CRASHES)
         if req is not None and req.crash is None:
             req.crash = type(e).__name__
-        self.sink.emit({"type": "crash", "req": None if req is None else req.id, "where": where,
-                        "exc": type(e).__name__, "message": str(e)[:500]})
+        self.sink.emit(crash_record(None if req is None else req.id, where, e))
 
     def _vocab(self, key: Any, pieces: Callable[[], list[bytes] | None]) -> None:
         """Write a tokenizer's pieces (one byte string per token id) once per process, before the first
@@ -390,7 +375,7 @@ class BaseInstrumentor:
             self.sink.count(Counter.PROBE_ERRORS)
             return
         if found is not None:
-            self.sink.emit({"type": "vocab", "name": str(key), "pieces": found})
+            self.sink.emit(vocab_record(str(key), found))
 
     def _wrap(self, owner: Any, name: str, wrapper: Callable) -> None:
         original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)

@@ -1,6 +1,7 @@
-"""Which probes exist: the built-in instrumentors and those other packages register under the
-`badc.probes` entry point (`name = "module:Instrumentor"`, like pytest plugins), by engine name. The
-same lookup serves badc_replay's engine registry (`badc.engines`).
+"""Which probes exist: the instrumentors engine packages register under the `badc.probes` entry point
+(`name = "module:Instrumentor"`, like pytest plugins), by engine name; badc's own engines register
+theirs the same way (pyproject.toml). The same lookup serves badc_replay's engine registry
+(`badc.engines`) and the builds, repairs and tiny models engine packages bring.
 
 Light on purpose (it runs inside engine processes): nothing is imported until a probe is asked for.
 """
@@ -10,14 +11,12 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.metadata
+import importlib.util
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 ENTRY_POINT = "badc.probes"
-BUILTIN = {"transformers": "badc_trace.engines.transformers:TransformersInstrumentor",
-           "llama_cpp": "badc_trace.engines.llama_cpp:LlamaCppInstrumentor",
-           "vllm": "badc_trace.engines.vllm:VllmInstrumentor",
-           "toy": "badc_trace.engines.toy:ToyInstrumentor"}
 
 
 class UnknownProbeError(LookupError):
@@ -31,10 +30,18 @@ def nearest(key: str, valid: Iterable[str]) -> str:
     return f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(valid) or 'none'}"
 
 
-def registered(group: str, builtin: dict[str, str]) -> dict[str, str]:
-    """Name -> `module:attribute` of the built-ins and of the `group` entry points; an entry point never
-    replaces a built-in of the same name."""
-    return {**{ep.name: ep.value for ep in importlib.metadata.entry_points(group=group)}, **builtin}
+def registered(group: str) -> dict[str, str]:
+    """Name -> `module:attribute` (or package) of the `group` entry points of every distribution installed
+    here, badc's own engines included (pyproject.toml); a name two distributions register is an error."""
+    found: dict[str, str] = {}
+    owners: dict[str, str] = {}
+    for ep in importlib.metadata.entry_points(group=group):
+        owner = ep.dist.name if ep.dist is not None else "?"
+        if ep.name in found and found[ep.name] != ep.value:
+            raise LookupError(f"{group} {ep.name!r} is registered twice: {found[ep.name]} by {owners[ep.name]} and "
+                              f"{ep.value} by {owner}; uninstall one")
+        found[ep.name], owners[ep.name] = ep.value, owner
+    return found
 
 
 def load_object(path: str) -> Any:
@@ -43,8 +50,19 @@ def load_object(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+def declared_path(value: str) -> Path:
+    """The folder or file an entry point declares: `package` (a folder, found without importing it: a
+    package's data, a namespace folder) or `module:ATTR` (ATTR holds the path)."""
+    if ":" in value:
+        return Path(load_object(value))
+    spec = importlib.util.find_spec(value)
+    if spec is None or not spec.submodule_search_locations:
+        raise LookupError(f"{value!r} is not an importable package or folder")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
 def probe_paths() -> dict[str, str]:
-    return registered(ENTRY_POINT, BUILTIN)
+    return registered(ENTRY_POINT)
 
 
 def probe_class(engine: str) -> Any:

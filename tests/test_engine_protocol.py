@@ -11,7 +11,7 @@ import pytest
 
 from badc_check.campaign import CampaignError, load_campaign
 from badc_check.counts_io import CountsError, load_counts
-from badc_replay.engine import ConfigError, Engine
+from badc_replay.engine import CAPABILITIES, ConfigError, Engine
 from badc_replay.registry import UnknownEngineError, engine_names, get_engine
 from badc_trace.instrument import BaseInstrumentor, UnsupportedVersionError
 from badc_trace.registry import UnknownProbeError, probe_class
@@ -249,11 +249,22 @@ def test_campaigns_and_repairs_ship_in_the_wheel(tmp_path):
         print((campaigns / "paper" / "hf.toml").is_file(), (patches / "llama_cpp" / "logical-prefix" /
               "intervention.py").is_file(), (patches / "vllm" / "cpu-expand" / "README.md").is_file())
         print(files("badc_check").joinpath("campaigns").__fspath__().startswith(__import__("sys").prefix))
+        # what the entry points declare (package form), found without importing the engines' modules
+        from importlib.metadata import entry_points
+        from importlib.util import find_spec
+        from pathlib import Path
+        top = lambda v: Path(list(find_spec(v.split(".")[0]).submodule_search_locations)[0])  # not imported
+        where = lambda v: top(v).joinpath(*v.split(".")[1:])
+        print(sorted(e.name for e in entry_points(group="badc.builds") if (where(e.value) / "builds.toml").is_file()),
+              sorted(e.name for e in entry_points(group="badc.repairs")
+                     if any(where(e.value).glob("*/intervention.py"))))
     """)
     out = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, cwd=tmp_path,
                          check=True).stdout.splitlines()
     assert "builtin.toml" in out[0] and "paper.toml" in out[0]
     assert out[1] == "True True True" and out[2] == "True"  # read from the installed wheel, not the checkout
+    engines = ["llama_cpp", "toy", "transformers", "vllm"]
+    assert out[3] == f"{engines} {engines}"
 
 
 def test_engine_native_keywords_are_judged_by_the_installed_build_before_the_seal(tmp_path):
@@ -317,16 +328,25 @@ def test_the_protocol_document_lists_exactly_the_public_members_of_engine():
 
     doc = (ROOT / "docs" / "engines" / "protocol.md").read_text()
     table = doc.split("## `Engine`", 1)[1].split("\nRules every engine keeps", 1)[0]
+    caps = {f"`{cap.__name__}`" for cap in CAPABILITIES}
     documented = {name for row in table.splitlines() if row.startswith("| `")
-                  for name in re.findall(r"`(\w+)(?:\([^`]*\))?`", row.split("|")[1])}
-    members = {n for n in [*vars(Engine), *Engine.__annotations__] if not n.startswith("_")}
+                  for name in re.findall(r"`(\w+)(?:\([^`]*\))?`",
+                                         row.split("|")[2 if row.split("|")[1].strip() in caps else 1])}
+    members = {n for cls in Engine.__mro__ if cls is not object
+               for n in [*vars(cls), *getattr(cls, "__annotations__", {})] if not n.startswith("_")}
     assert documented == members, {"not documented": sorted(members - documented),
                                    "documented, not in Engine": sorted(documented - members)}
+    # each optional member in its capability's rows
+    for cap in CAPABILITIES:
+        rows = [row for row in table.splitlines() if row.startswith(f"| `{cap.__name__}` |")]
+        named = {name for row in rows for name in re.findall(r"`(\w+)(?:\([^`]*\))?`", row.split("|")[2])}
+        assert named == {n for n in vars(cap) if not n.startswith("_")}, cap.__name__
 
 
 def test_an_engine_that_does_not_keep_the_protocol_is_refused_when_registered(tmp_path, monkeypatch):
     # As pluggy checks hooks: a misspelled override (silently ignored otherwise), an override with other
-    # parameters, and predicates declared with nothing implementing them are each named.
+    # parameters, an override of a registry's final lookup, and a registry entry that is no implementation
+    # are each named.
     (tmp_path / "bad_engine_mod.py").write_text(textwrap.dedent("""
         from badc_replay.engine import Engine, strict
 
@@ -336,7 +356,7 @@ def test_an_engine_that_does_not_keep_the_protocol_is_refused_when_registered(tm
 
         class BadEngine(Engine):
             name, package, config_class = "bad", "bad-engine", BadConfig
-            predicates = ("too_long",)
+            predicates = {"too_long": "not a function"}
 
             def harness(self, cfg, speculative):
                 raise NotImplementedError
@@ -352,6 +372,9 @@ def test_an_engine_that_does_not_keep_the_protocol_is_refused_when_registered(tm
 
             def refusal(self, config):
                 return None
+
+            def predicate(self, name, cfg):
+                return lambda y: False
 
         ENGINE = BadEngine()
     """))
@@ -369,5 +392,68 @@ def test_an_engine_that_does_not_keep_the_protocol_is_refused_when_registered(tm
     assert "does not keep the engine protocol" in message
     assert "BadEngine.check_nativ is not a member of the protocol (did you mean 'check_native'?)" in message
     assert "BadEngine.refusal(self, config): the protocol's parameters are (self, cfg)" in message
-    assert "'predicates' are declared but 'predicate' is not implemented" in message
-    assert message.count("; ") == 2  # nothing else: harness, reference_law and check_request keep it
+    assert ("BadEngine.predicate overrides a final member: register implementations in 'predicates' instead"
+            in message)
+    assert "predicates['too_long'] is not callable (a function of the config)" in message
+    assert message.count("; ") == 3  # nothing else: harness, reference_law and check_request keep it
+
+
+def test_the_shared_record_shapes_are_the_probes_types_and_replays_schemas():
+    # One definition (badc_trace/records.py): what BaseInstrumentor writes is what replay's schemas check,
+    # and every engine's request and return schema extends the shared envelope.
+    from typing import NotRequired, TypedDict
+
+    from badc_replay.registry import engine_names, get_engine
+    from badc_replay.schema import IDS, REQ, SHARED, spec_of
+    from badc_trace.records import (
+        Counter,
+        CrashRecord,
+        RequestRecord,
+        ReturnRecord,
+        crash_record,
+        request_record,
+        return_record,
+    )
+
+    assert SHARED["crash"] == spec_of(CrashRecord) and set(SHARED["crash"].optional) == {"message"}
+    assert set(SHARED["counts"].optional) == {str(c) for c in Counter}
+    assert SHARED["crash"].problem(crash_record(7, "processor", ValueError("x"))) is None
+    assert SHARED["crash"].problem({"req": 7, "where": "processor"}) == "field 'exc' is missing"
+
+    class Widened(TypedDict):  # a field added to a shared type reaches the schema without a second edit
+        type: str
+        req: int | None
+        ids: list[int]
+        note: NotRequired[str]
+
+    widened = spec_of(Widened)
+    assert widened.required == {"req": REQ, "ids": IDS} and set(widened.optional) == {"note"}
+    envelopes = {"request": spec_of(RequestRecord), "return": spec_of(ReturnRecord)}
+    assert envelopes["return"].problem(return_record(3, [4], "4|eos", finish_reason="eos")) is None
+    assert envelopes["request"].problem(request_record(3, [1, 2], params={})) is None
+    for name in engine_names():
+        schema = get_engine(name).record_schema
+        assert schema is not None, name
+        for kind, envelope in envelopes.items():
+            assert envelope.required.items() <= schema[kind].required.items(), (name, kind)
+
+
+def test_badc_s_own_engines_are_found_through_the_entry_points_an_engine_package_uses():
+    # No built-in list: each of the five kinds (engines, probes, builds, repairs, tiny models) is declared in
+    # pyproject.toml for every engine, and set-up's bootstrap reads the same builds files by path.
+    import tomllib
+
+    from badc_check.builds import checkout_builds_files, engine_builds_files
+    from badc_replay.registry import engine_names
+    from badc_replay.repairs import repair_folders
+    from badc_trace.registry import probe_paths
+    from badc_trace.tiny import engines, tiny_module
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    kinds = ("badc.engines", "badc.probes", "badc.builds", "badc.repairs", "badc.tiny")
+    names = {kind: set(declared[kind]) for kind in kinds}
+    assert all(n == names["badc.engines"] for n in names.values()), names
+    assert set(engine_names()) == set(probe_paths()) == set(engines()) == set(repair_folders()) == names["badc.engines"]
+    assert sorted(engine_builds_files()) == sorted(checkout_builds_files(ROOT))
+    assert all(folder.is_dir() and any(folder.glob("*/intervention.py")) for folder in repair_folders().values())
+    assert all(tiny_module(e).DEFAULT_SEED >= 0 for e in engines())

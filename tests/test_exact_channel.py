@@ -15,7 +15,6 @@ import pytest
 from badc_check.campaign import CampaignError, load_campaign, run_campaign
 from badc_check.decide import event_family
 from badc_check.exact import exact_report, planned_draws, tv
-from badc_replay.engines.toy import ENGINE
 from badc_replay.exact import (
     DIFFERS,
     EQUAL_WITHIN_TOL,
@@ -26,6 +25,7 @@ from badc_replay.exact import (
     ExactUnavailable,
 )
 from badc_replay.worker import exact
+from badc_toy.replay import ENGINE
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGN = """

@@ -40,7 +40,7 @@ PACKAGE = {
     "coin_engine/__init__.py": """
         from pathlib import Path
 
-        from badc_replay.engines.toy import ToyEngineAdapter
+        from badc_toy.replay import ToyEngineAdapter
 
         HERE = Path(__file__).parent
         BUILDS = HERE / "builds.toml"  # its builds, beside badc's own
@@ -55,7 +55,7 @@ PACKAGE = {
         ENGINE = CoinEngine()
     """,
     "coin_engine/probe.py": """
-        from badc_trace.engines.toy import ToyInstrumentor
+        from badc_toy.probe import ToyInstrumentor
 
 
         class CoinInstrumentor(ToyInstrumentor):
@@ -65,7 +65,7 @@ PACKAGE = {
     """,
     "coin_engine/tiny.py": """
         # its tiny models (`model = "tiny"`): the toy's bigram tables
-        from badc_trace.tiny.toy import DEFAULT_SEED, VOCAB, first_step_distribution  # noqa: F401
+        from badc_toy.tiny import DEFAULT_SEED, VOCAB, first_step_distribution  # noqa: F401
     """,
     "coin_engine/builds.toml": """
         [builds."coin-0.1.0"]

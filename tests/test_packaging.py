@@ -15,7 +15,8 @@ def test_every_folder_of_python_modules_is_a_package_of_the_wheel():
     roots = [p.parent.name for p in ROOT.glob("badc_*/__init__.py")]  # every package of the checkout
     folders = {str(p.parent.relative_to(ROOT)).replace("/", ".")
                for root in roots for p in (ROOT / root).rglob("*.py") if "__pycache__" not in p.parts}
-    patches = {f for f in folders if f.startswith("badc_replay.patches")}  # package data: loaded by path
+    patches = {f for f in folders  # package data: loaded by path
+               if f.startswith("badc_replay.patches") or f.startswith("badc_toy.repairs")}
     assert patches, "the frozen repairs moved: update this test"
     assert folders - patches <= found, sorted(folders - patches - found)
     assert not found & patches

@@ -58,14 +58,14 @@ QUIET = dict(log=lambda m: None, plots=False)
 
 @pytest.fixture(autouse=True)
 def a_build_not_set_up(tmp_path_factory, monkeypatch):
-    """builds.toml with a toy build 9.9 declared and never set up: OTHER-ENGINE's (an undeclared build is a
-    campaign-file error, refused before the seal; a declared one not set up here leaves its config
+    """Every engine's builds with a toy build 9.9 declared and never set up: OTHER-ENGINE's (an undeclared
+    build is a campaign-file error, refused before the seal; a declared one not set up here leaves its config
     INCONCLUSIVE, or pending in a partial report)."""
     import badc_check.builds as builds
 
     path = tmp_path_factory.mktemp("builds") / "builds.toml"
-    path.write_text(builds.BUILDS_FILE.read_text() + '\n[builds."toy-9.9"]\nengine = "toy"\nversion = "9.9"\n'
-                    'requirements = []\n')
+    path.write_text("".join(f.read_text() + "\n" for f in builds.engine_builds_files())
+                    + '[builds."toy-9.9"]\nengine = "toy"\nversion = "9.9"\nrequirements = []\n')
     monkeypatch.setenv("BADC_BUILDS_FILE", str(path))  # the runner's subprocesses read it too
 
 

@@ -11,7 +11,7 @@ from badc_check.campaign import load_campaign, run_campaign
 from badc_check.confirmation import least_confirm_draws
 from badc_replay.arms import collect, process_harness
 from badc_replay.contract import replay_trace
-from badc_replay.engines.toy import ENGINE
+from badc_toy.replay import ENGINE
 
 MIN_TOKENS = [{"name": "min_tokens", "min_tokens": 3}]
 STOP = [{"name": "last_id", "token": 2}]
@@ -110,7 +110,7 @@ def test_returned_logprobs_are_checked_against_the_model_d4(tmp_path):
 
 def test_the_probe_leaves_nothing_patched():
     from badc_toy.engine import ToyEngine
-    from badc_trace.engines.toy import ToyInstrumentor
+    from badc_toy.probe import ToyInstrumentor
 
     names = ("generate", "_propose", "_call_processor", "_check_stop", "_verified")
     before = {n: ToyEngine.__dict__[n] for n in names}
@@ -128,7 +128,7 @@ def test_the_probe_contract_is_the_base_class_s(tmp_path):
     import itertools
 
     from badc_toy.engine import ToyEngine, ToyModel
-    from badc_trace.engines.toy import ToyInstrumentor
+    from badc_toy.probe import ToyInstrumentor
     from badc_trace.format import TraceWriter, read_trace
     from badc_trace.instrument import Counter, Request, TraceSink
     from badc_trace.outcomes import format_outcome
@@ -379,7 +379,24 @@ def test_the_toy_engine_passes_the_conformance_kit(tmp_path):
 
     result = check_engine(ENGINE, {"id": "KIT", "processors": MIN_TOKENS}, tmp_path, draws=40)
     assert {c.name: c.status for c in result.checks} == dict.fromkeys(
-        ["config", "law", "simulator", "arm", "drafting", "unread", "exact"], PASSED), result.summary()
+        ["config", "law", "simulator", "predicates", "arm", "drafting", "unread", "exact"], PASSED), result.summary()
+    assert result.capabilities == ("Hypotheses", "Predicates", "ReturnedRecords", "ExactChannel")
+    assert "3 built and evaluated on P's" in result.by_name("predicates").detail
+
+
+def test_the_conformance_kit_fails_a_predicate_that_is_not_a_test_of_outcomes(tmp_path):
+    # A registered predicate that returns a count instead of a bool is named (its `any` left out).
+    import copy
+
+    from badc_replay.testing import FAILED, conformance
+    from badc_trace.outcomes import parse_outcome
+
+    sloppy = copy.copy(ENGINE)
+    sloppy.predicates = {**ENGINE.predicates,  # type: ignore[misc]
+                         "past_stop": lambda cfg: lambda y: sum(t == 4 for t in parse_outcome(y).tokens)}
+    result = conformance(sloppy, {"id": "KIT", "processors": MIN_TOKENS}, tmp_path, draws=10, exact=False)
+    assert result.by_name("predicates").status == FAILED
+    assert "past_stop gives int, not bool" in result.by_name("predicates").detail
 
 
 def test_the_conformance_kit_fails_an_engine_with_a_planted_defect(tmp_path):

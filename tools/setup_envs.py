@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from badc_check.builds import READY_STAMP, Build, load_builds  # noqa: E402  (stdlib-only module)
+from badc_check.builds import READY_STAMP, Build, checkout_builds_files, read_builds  # noqa: E402  (stdlib-only module)
 
 COMMON = ["pytest>=8", "scipy>=1.11"]  # scipy: workers decide next to the engine in tests
 MAIN_EXTRAS = "check,test"
@@ -137,7 +137,9 @@ def build_requirements(build: Build) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    builds = load_builds()
+    # by path, from this script's checkout: badc's engines declare their builds through entry points, which
+    # exist only once badc is installed
+    builds = read_builds(checkout_builds_files(Path(__file__).resolve().parents[1]))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--builds", default="", help="extra builds to set up, comma-separated, or 'all'")
     ap.add_argument("--no-default", action="store_true", help="set up only .venv and --builds")

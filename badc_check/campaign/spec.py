@@ -229,7 +229,7 @@ def _check_config(config: dict[str, Any], from_defaults: set[str]) -> list[str]:
     build = config.get("build")
     builds = [b for b in load_builds().values() if b.engine == name]
     if isinstance(build, str) and build and build not in {b.version for b in builds}:
-        problems.append(f"key 'build': no build {name}-{build} is declared in builds.toml "
+        problems.append(f"key 'build': no build {name}-{build} is declared in the engines' builds files "
                         f"({nearest(build, [b.version for b in builds]) if builds else 'it declares none of ' + name})")
     model = config.get("model", "tiny")
     if isinstance(model, str) and enumerable(model):

@@ -40,6 +40,7 @@ import wrapt
 
 from badc_trace.instrument import BaseInstrumentor, Counter, Request, TraceSink
 from badc_trace.outcomes import format_outcome
+from badc_trace.records import RequestRecord, request_record
 
 KEY = "badc_req"
 CHILD = re.compile(r"(\d+)_")  # vLLM names completion i of a request with n > 1 "i_<request id>"
@@ -94,12 +95,12 @@ _GRAMMAR_KINDS = ("json", "regex", "choice", "grammar", "json_object", "structur
 
 
 def _request_record(rid: int, prompt_ids: Any, p: Any, stops: list[int],
-                    constraints: dict[str, Any] | None = None) -> dict[str, Any]:
+                    constraints: dict[str, Any] | None = None) -> RequestRecord:
     strings = [p.stop] if isinstance(p.stop, str) else list(p.stop or ())
     extra = {"include_stop_str_in_output": p.include_stop_str_in_output} if strings else {}
-    return {"type": "request", "req": rid, "prompt": [int(t) for t in prompt_ids or ()],
-            "params": {"max_tokens": p.max_tokens, "min_tokens": p.min_tokens, "temperature": p.temperature,
-                       "stop_token_ids": stops, "stop": strings, "n": p.n, **extra, **(constraints or {})}}
+    return request_record(rid, [int(t) for t in prompt_ids or ()],
+                          params={"max_tokens": p.max_tokens, "min_tokens": p.min_tokens, "temperature": p.temperature,
+                                  "stop_token_ids": stops, "stop": strings, "n": p.n, **extra, **(constraints or {})})
 
 
 def _stop_texts(tok: Any, tokens: list[int], text: str, p: Any) -> dict[str, Any]:

@@ -9,35 +9,34 @@ from __future__ import annotations
 
 import importlib
 import os
-import pkgutil
 from pathlib import Path
 from types import ModuleType
 
 from badc_trace.registry import registered
 
 DEFAULT_PROMPT = "abcdabcdab"
-# Each engine with an embedded model has a module here, named after the engine, with its DEFAULT_SEED.
-ENGINES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
 
 
 class ModelSpecError(ValueError):
     pass
 
 
-# An engine package brings its tiny models here: `ENGINE = "package.module"`, a module like the built-in
-# ones (DEFAULT_SEED, first_step_distribution; light: it imports no engine).
+# An engine package brings its tiny models here: `ENGINE = "package.module"`, a module like badc's own
+# engines' in this folder (DEFAULT_SEED, first_step_distribution; light: it imports no engine).
 ENTRY_POINT = "badc.tiny"
 
 
+def engines() -> list[str]:
+    """The engines with an embedded tiny model."""
+    return sorted(registered(ENTRY_POINT))
+
+
 def tiny_module(engine: str) -> ModuleType:
-    """The engine's embedded-model module: badc's own (badc_trace/tiny/ENGINE.py), else the one its engine
-    package declares."""
-    if engine in ENGINES:
-        return importlib.import_module(f"{__name__}.{engine}")
-    declared = registered(ENTRY_POINT, {})
+    """The engine's embedded-model module, as its engine package declares it."""
+    declared = registered(ENTRY_POINT)
     if engine not in declared:
         raise ModelSpecError(f"no embedded tiny model for engine {engine!r}; engines with one: "
-                             f"{', '.join(sorted({*ENGINES, *declared}))}")
+                             f"{', '.join(sorted(declared))}")
     return importlib.import_module(declared[engine])
 
 

@@ -10,12 +10,12 @@ import json
 import os
 import sys
 
-from badc_trace.tiny import DEFAULT_PROMPT, ENGINES, tiny_module
+from badc_trace.tiny import DEFAULT_PROMPT, engines, tiny_module
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m badc_trace.tiny", description=__doc__.splitlines()[0])
-    ap.add_argument("engine", choices=ENGINES)
+    ap.add_argument("engine", choices=engines())
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--prompt", default=DEFAULT_PROMPT)
     args = ap.parse_args(argv)

@@ -83,7 +83,7 @@ def test_hypotheses_differ_from_p_and_the_repair_removes_the_state_difference(ge
     c = cfg(generation=generation)
     kernel = tf.Kernel(c)
     p = kernel.exact_law().law
-    mu = tf.AssistedSimulator(kernel, **tf.HYPOTHESES[hypothesis]).exact_law().law
+    mu = tf.AssistedSimulator(kernel, **tf.SWITCHES[hypothesis]).exact_law().law
     assert tv(p, mu) > least
     if hypothesis.startswith("H-D2"):
         from badc_replay.repairs import load_intervention

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from badc_replay.engine import Engine, SimulatorCheck
+from badc_replay.engine import Engine, Predicate, SimulatorCheck
 from badc_replay.engines.llama_cpp.config import LlamaConfig
 from badc_replay.engines.llama_cpp.contract import check_request
 from badc_replay.engines.llama_cpp.features import parity_violations
@@ -36,13 +36,33 @@ from badc_replay.engines.llama_cpp.schema import RECORDS
 from badc_replay.enumeration import ExactLaw
 from badc_replay.exact import SpeculativeLaw
 from badc_replay.violations import Violation
+from badc_trace.outcomes import parse_outcome
 
-HYPOTHESES = {
+# The hypotheses' switches of the kernel adapter.
+SWITCHES = {
     # H-D1-phys: processors read the evaluation buffer, logits are taken at the logical prefix.
     "H-D1-phys": {"processor_view": "physical", "postcheck_view": "logical"},
     # H-D3-postcheck: the stopping re-check after the loop reads the buffer with unrolled drafts.
     "H-D3-postcheck": {"processor_view": "logical", "postcheck_view": "physical"},
 }
+
+
+
+def _hypothesis(hypothesis: str) -> Callable[[LlamaConfig], ExactLaw]:
+    return lambda cfg: KernelAdapter(cfg, speculative=True, **SWITCHES[hypothesis]).exact_law()
+
+
+HYPOTHESES = {h: _hypothesis(h) for h in SWITCHES}
+
+
+def _allowed_tokens(cfg: LlamaConfig) -> Predicate:
+    """A returned token outside the parity processor's allowed set at its position."""
+    # Absolute positions: a prompt given as text is one token per character on the tiny model.
+    n_prompt = len(cfg.prompt)
+    return lambda y: parity_violations(parse_outcome(y).tokens, n_prompt)
+
+
+PREDICATES = {"allowed_tokens": _allowed_tokens}
 
 
 class LlamaCppEngine(Engine[LlamaConfig]):
@@ -51,7 +71,7 @@ class LlamaCppEngine(Engine[LlamaConfig]):
     record_schema = RECORDS
     config_class = LlamaConfig
     hypotheses = HYPOTHESES
-    predicates = ("allowed_tokens",)
+    predicates = PREDICATES
     simulator_metric = "max abs difference"
 
     def harness(self, cfg: LlamaConfig, speculative: bool) -> Harness:
@@ -96,27 +116,12 @@ class LlamaCppEngine(Engine[LlamaConfig]):
 
         return exact.outcome_texts(cfg, outcomes)
 
-    def hypothesis_law(self, cfg: LlamaConfig, hypothesis: str) -> ExactLaw:
-        if hypothesis not in HYPOTHESES:
-            return super().hypothesis_law(cfg, hypothesis)
-        return KernelAdapter(cfg, speculative=True, **HYPOTHESES[hypothesis]).exact_law()
-
     def simulator_check(self, cfg: LlamaConfig) -> SimulatorCheck:
         """With every speculation-sensitive read set to its logical value, the speculative enumeration
         must reproduce P: the largest absolute difference (0 up to summation order)."""
         p = self.reference_law(cfg).law
         q = KernelAdapter(cfg, speculative=True, processor_view="logical", postcheck_view="logical").exact_law().law
         return SimulatorCheck(self.simulator_metric, max(abs(p.get(y, 0.0) - q.get(y, 0.0)) for y in set(p) | set(q)))
-
-    def predicate(self, name: str, cfg: LlamaConfig) -> Callable[[str], bool]:
-        """`allowed_tokens`: a returned token outside the parity processor's allowed set at its position."""
-        from badc_trace.outcomes import parse_outcome
-
-        if name == "allowed_tokens":
-            # Absolute positions: a prompt given as text is one token per character on the tiny model.
-            n_prompt = len(cfg.prompt)
-            return lambda y: parity_violations(parse_outcome(y).tokens, n_prompt)
-        return super().predicate(name, cfg)
 
     def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],
                       context: Any = None) -> list[Violation]:

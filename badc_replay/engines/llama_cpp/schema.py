@@ -1,12 +1,12 @@
 """The llama-cpp-python probe's record types (badc_trace/engines/llama_cpp.py) as typed schemas."""
 
-from badc_replay.schema import BOOL, BYTES, IDS, INT, MAP, NUMBER, REQ, STR, ListOf, Record, optional
+from badc_replay.schema import BOOL, BYTES, IDS, INT, MAP, NUMBER, REQ, STR, ListOf, Record, extends, optional
 
 RECORDS = {
-    "request": Record({"req": INT, "api": STR, "prompt": IDS, "params": MAP}),
-    "return": Record({"req": INT, "tokens": IDS, "outcome": STR},
-                     {"yielded": IDS, "finish_reason": optional(STR), "usage": optional(MAP),
-                      "logprobs": optional(Record({"token_logprobs": ListOf(optional(NUMBER))}))}),
+    "request": extends("request", {"api": STR, "params": MAP}),
+    "return": extends("return", optional={
+        "yielded": IDS, "finish_reason": optional(STR), "usage": optional(MAP),
+        "logprobs": optional(Record({"token_logprobs": ListOf(optional(NUMBER))}))}),
     "sample": Record({"req": INT, "idx": INT, "n_tokens": INT, "token": INT}),
     "draft": Record({"req": REQ, "input_len": INT, "draft": IDS}),
     "kv_rm": Record({"req": INT, "p0": INT, "p1": INT, "ok": BOOL}),

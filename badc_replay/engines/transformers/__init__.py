@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from badc_replay.calls import LogicalCall, processor_calls
-from badc_replay.engine import Engine, SimulatorCheck, nearest
+from badc_replay.engine import Engine, Predicate, SimulatorCheck, nearest
 from badc_replay.engines.transformers.config import TransformersConfig
 from badc_replay.engines.transformers.contract import _text, check_request
 from badc_replay.engines.transformers.harness import Harness
@@ -34,7 +34,7 @@ from badc_replay.engines.transformers.program import ProgramKernels
 from badc_replay.engines.transformers.records import check_records
 from badc_replay.engines.transformers.schema import RECORDS
 from badc_replay.engines.transformers.scores import score_request
-from badc_replay.engines.transformers.simulator import HYPOTHESES, AssistedSimulator, laws_of
+from badc_replay.engines.transformers.simulator import SWITCHES, AssistedSimulator, laws_of
 from badc_replay.enumeration import ExactLaw
 from badc_replay.exact import SpeculativeLaw
 from badc_replay.scores import RequestScores
@@ -72,6 +72,40 @@ def _watermark_problems(wm: Any, version: str) -> list[str]:
     return found
 
 
+def _simulated(hypothesis: str) -> Callable[[TransformersConfig], ExactLaw]:
+    return lambda cfg: laws_of(cfg).simulated(**SWITCHES[hypothesis])
+
+
+HYPOTHESES = {h: _simulated(h) for h in SWITCHES}
+
+
+def _max_new_tokens(cfg: TransformersConfig) -> Predicate:
+    """More than max_new_tokens new tokens returned."""
+    return lambda y: len(parse_outcome(y).tokens) > cfg.max_new_tokens
+
+
+def _stop_strings(cfg: TransformersConfig) -> Predicate:
+    """A stop string completed before the last returned token (generation went on past a stop the
+    sequential engine would have honoured)."""
+    if not str(cfg.model).startswith("tiny"):
+        raise ValueError(f"config {cfg.id}: predicate stop_strings decodes with the tiny model's vocabulary")
+    stops = list(cfg.generation.get("stop_strings") or [])
+    prompt = _text(cfg.prompt) if isinstance(cfg.prompt, list) else cfg.prompt
+
+    def past_stop(y: str) -> bool:
+        toks = parse_outcome(y).tokens
+        for j in range(1, len(toks)):  # a stop completed by new token j, with tokens after it
+            text = prompt + _text(toks[:j])
+            if any(text.endswith(s) for s in stops):
+                return True
+        return False
+
+    return past_stop
+
+
+PREDICATES = {"max_new_tokens": _max_new_tokens, "stop_strings": _stop_strings}
+
+
 class TransformersEngine(Engine[TransformersConfig]):
     name = "transformers"
     package = "transformers"
@@ -79,7 +113,7 @@ class TransformersEngine(Engine[TransformersConfig]):
     config_class = TransformersConfig
     trace_level = "full"  # D2 replay compares each processor's recorded scores
     hypotheses = HYPOTHESES
-    predicates = ("max_new_tokens", "stop_strings")
+    predicates = PREDICATES
     simulator_metric = "max abs difference"
     progress_every = 500
 
@@ -128,43 +162,12 @@ class TransformersEngine(Engine[TransformersConfig]):
 
         return exact.outcome_texts(cfg, outcomes)
 
-    def hypothesis_law(self, cfg: TransformersConfig, hypothesis: str) -> ExactLaw:
-        if hypothesis not in HYPOTHESES:
-            return super().hypothesis_law(cfg, hypothesis)
-        return laws_of(cfg).simulated(**HYPOTHESES[hypothesis])
-
     def simulator_check(self, cfg: TransformersConfig) -> SimulatorCheck:
         """With fresh processors at every position and sequential stopping, the simulator must reproduce P:
         the largest absolute difference (float32 block-versus-step logits: ~1e-7)."""
         laws = laws_of(cfg)
         p, q = laws.reference().law, laws.simulated("fresh", "sequential").law
         return SimulatorCheck(self.simulator_metric, max(abs(p.get(y, 0.0) - q.get(y, 0.0)) for y in set(p) | set(q)))
-
-    def predicate(self, name: str, cfg: TransformersConfig) -> Callable[[str], bool]:
-        """Registered witness predicates: True when an outcome violates.
-
-        - `max_new_tokens`: more than max_new_tokens new tokens returned;
-        - `stop_strings`: a stop string completed before the last returned token (generation went on
-          past a stop the sequential engine would have honoured).
-        """
-        if name == "max_new_tokens":
-            return lambda y: len(parse_outcome(y).tokens) > cfg.max_new_tokens
-        if name == "stop_strings":
-            if not str(cfg.model).startswith("tiny"):
-                raise ValueError(f"config {cfg.id}: predicate stop_strings decodes with the tiny model's vocabulary")
-            stops = list(cfg.generation.get("stop_strings") or [])
-            prompt = _text(cfg.prompt) if isinstance(cfg.prompt, list) else cfg.prompt
-
-            def past_stop(y: str) -> bool:
-                toks = parse_outcome(y).tokens
-                for j in range(1, len(toks)):  # a stop completed by new token j, with tokens after it
-                    text = prompt + _text(toks[:j])
-                    if any(text.endswith(s) for s in stops):
-                        return True
-                return False
-
-            return past_stop
-        return super().predicate(name, cfg)
 
     def replay_context(self, header: Mapping[str, Any],
                        vocab: list[bytes] | None = None) -> tuple[Kernel | ProgramKernels | None, str | None]:
@@ -202,5 +205,5 @@ class TransformersEngine(Engine[TransformersConfig]):
 
 ENGINE = TransformersEngine()
 
-__all__ = ["ENGINE", "HYPOTHESES", "AssistedSimulator", "Harness", "Kernel", "TransformersConfig", "TransformersEngine",
-           "check_records", "check_request"]
+__all__ = ["ENGINE", "HYPOTHESES", "SWITCHES", "AssistedSimulator", "Harness", "Kernel", "TransformersConfig",
+           "TransformersEngine", "check_records", "check_request"]

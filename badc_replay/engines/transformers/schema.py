@@ -1,11 +1,11 @@
 """The transformers probe's record types (badc_trace/engines/transformers.py) as typed schemas."""
 
-from badc_replay.schema import BOOL, BYTES, IDS, INT, MAP, REQ, STR, ListOf, Record
+from badc_replay.schema import BOOL, BYTES, IDS, INT, MAP, REQ, STR, ListOf, Record, extends
 
 RECORDS = {
-    "request": Record({"req": INT, "prompt": IDS, "params": MAP},
-                      {"setup": Record(optional={"key": STR, "blob": BYTES, "unportable": STR})}),
-    "return": Record({"req": INT, "tokens": IDS, "outcome": STR}, {"scores": ListOf(BYTES), "logits": ListOf(BYTES)}),
+    "request": extends("request", {"params": MAP},
+                       {"setup": Record(optional={"key": STR, "blob": BYTES, "unportable": STR})}),
+    "return": extends("return", optional={"scores": ListOf(BYTES), "logits": ListOf(BYTES)}),
     "draft": Record({"req": REQ, "drafter": STR, "committed": IDS, "draft": IDS}, {"settings": MAP}),
     "processor": Record({"req": INT, "proc": INT, "name": STR, "ids": IDS, "role": STR, "logical_len": INT,
                          "committed": INT}, {"state": STR, "scores_in": BYTES, "scores_out": BYTES}),

@@ -158,7 +158,8 @@ def laws_of(cfg: TransformersConfig) -> ConfigLaws:
     return _held[0]
 
 
-HYPOTHESES = {
+# The hypotheses' simulator switches (the engine registers each as a law, engines/transformers/__init__.py).
+SWITCHES = {
     # Stateful processors advanced by candidate filtering and by every verification row, never rolled back.
     "H-D2-cfg": {"processors": "persistent", "stopping": "block"},
     "H-D2-synthid": {"processors": "persistent", "stopping": "block"},

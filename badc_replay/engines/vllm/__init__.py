@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from badc_replay.calls import LogicalCall
-from badc_replay.engine import Engine, SimulatorCheck, nearest
+from badc_replay.engine import Engine, Predicate, SimulatorCheck, nearest
 from badc_replay.engines.vllm.config import BATCH, VllmConfig
 from badc_replay.engines.vllm.contract import check_request, exposure, logical_calls
 from badc_replay.engines.vllm.grammar import violates
@@ -36,12 +36,70 @@ from badc_replay.engines.vllm.harness import Harness
 from badc_replay.engines.vllm.kernel import Kernel, kernel_for
 from badc_replay.engines.vllm.records import check_records
 from badc_replay.engines.vllm.schema import RECORDS
-from badc_replay.engines.vllm.simulator import HYPOTHESES, NgramSimulator
+from badc_replay.engines.vllm.simulator import SWITCHES, NgramSimulator
 from badc_replay.engines.vllm.stops import first_stop
 from badc_replay.enumeration import ExactLaw
 from badc_replay.exact import SpeculativeLaw
 from badc_replay.violations import Violation
 from badc_trace.outcomes import parse_outcome
+
+
+def _simulated(hypothesis: str) -> Callable[[VllmConfig], ExactLaw]:
+    return lambda cfg: NgramSimulator(kernel_for(cfg), **SWITCHES[hypothesis]).law()
+
+
+HYPOTHESES = {h: _simulated(h) for h in SWITCHES}
+
+# Witness predicates: outcomes no sequential run can return.
+
+
+def _min_tokens(cfg: VllmConfig) -> Predicate:
+    """A stop token within the first min_tokens."""
+    stops = cfg.stop_ids
+
+    def early_stop(y: str) -> bool:
+        o = parse_outcome(y)
+        return not o.crash and bool(o.tokens) and o.tokens[-1] in stops and len(o.tokens) <= cfg.min_tokens
+    return early_stop
+
+
+def _max_tokens(cfg: VllmConfig) -> Predicate:
+    """More tokens than max_tokens."""
+    return lambda y: len(parse_outcome(y).tokens) > cfg.max_new_tokens
+
+
+def _allowed_token_ids(cfg: VllmConfig) -> Predicate:
+    """A token outside allowed_token_ids."""
+    allowed = cfg.allowed
+    return lambda y: allowed is not None and any(t not in allowed for t in parse_outcome(y).tokens)
+
+
+def _stop(cfg: VllmConfig) -> Predicate:
+    """Tokens returned after the one that completed a stop string."""
+    decode, strings = cfg.decoder(), cfg.stop_strings
+
+    def past_stop(y: str) -> bool:
+        ids = parse_outcome(y).tokens
+        match = first_stop([decode(ids[:i + 1]) for i in range(len(ids))], strings, cfg.min_tokens)
+        return match is not None and match.token < len(ids) - 1
+    return past_stop
+
+
+def _structured_outputs(cfg: VllmConfig) -> Predicate:
+    """An output the regex grammar cannot produce (`grammar.violates`)."""
+    if cfg.regex is None:
+        raise ValueError(f"config {cfg.id}: predicate structured_outputs needs sampling.structured_outputs "
+                         "with a regex")
+    decode, pattern, eos = cfg.decoder(), cfg.regex, cfg.eos_id
+
+    def outside_grammar(y: str) -> bool:
+        o = parse_outcome(y)
+        return not o.crash and violates(pattern, decode, o.tokens, eos)
+    return outside_grammar
+
+
+PREDICATES = {"min_tokens": _min_tokens, "max_tokens": _max_tokens, "allowed_token_ids": _allowed_token_ids,
+              "stop": _stop, "structured_outputs": _structured_outputs}
 
 
 class VllmEngine(Engine[VllmConfig]):
@@ -50,7 +108,7 @@ class VllmEngine(Engine[VllmConfig]):
     record_schema = RECORDS
     config_class = VllmConfig
     hypotheses = HYPOTHESES
-    predicates = ("min_tokens", "max_tokens", "allowed_token_ids", "stop", "structured_outputs")
+    predicates = PREDICATES
     simulator_metric = "TV distance"
     progress_every = BATCH
     batch = BATCH
@@ -105,11 +163,6 @@ class VllmEngine(Engine[VllmConfig]):
 
         return exact.outcome_texts(cfg, outcomes)
 
-    def hypothesis_law(self, cfg: VllmConfig, hypothesis: str) -> ExactLaw:
-        if hypothesis not in HYPOTHESES:
-            return super().hypothesis_law(cfg, hypothesis)
-        return NgramSimulator(kernel_for(cfg), **HYPOTHESES[hypothesis]).law()
-
     def simulator_check(self, cfg: VllmConfig) -> SimulatorCheck:
         """TV distance between the simulator with the contract's bonus mask and the kernel: how far the
         ngram model alone is from P (should be float rounding)."""
@@ -117,42 +170,6 @@ class VllmEngine(Engine[VllmConfig]):
         p, q = kernel.law().law, NgramSimulator(kernel).law().law
         return SimulatorCheck(self.simulator_metric,
                               0.5 * sum(abs(p.get(y, 0.0) - q.get(y, 0.0)) for y in set(p) | set(q)))
-
-    def predicate(self, name: str, cfg: VllmConfig) -> Callable[[str], bool]:
-        """Witness predicates: outcomes no sequential run can return (`min_tokens`: a stop token within
-        the first min_tokens; `max_tokens`: more tokens than max_tokens; `allowed_token_ids`: a token
-        outside them; `stop`: tokens returned after the one that completed a stop string;
-        `structured_outputs`: an output the regex grammar cannot produce, `grammar.violates`)."""
-        stops = cfg.stop_ids
-        if name == "min_tokens":
-            def early_stop(y: str) -> bool:
-                o = parse_outcome(y)
-                return not o.crash and bool(o.tokens) and o.tokens[-1] in stops and len(o.tokens) <= cfg.min_tokens
-            return early_stop
-        if name == "max_tokens":
-            return lambda y: len(parse_outcome(y).tokens) > cfg.max_new_tokens
-        if name == "allowed_token_ids":
-            allowed = cfg.allowed
-            return lambda y: allowed is not None and any(t not in allowed for t in parse_outcome(y).tokens)
-        if name == "stop":
-            decode, strings = cfg.decoder(), cfg.stop_strings
-
-            def past_stop(y: str) -> bool:
-                ids = parse_outcome(y).tokens
-                match = first_stop([decode(ids[:i + 1]) for i in range(len(ids))], strings, cfg.min_tokens)
-                return match is not None and match.token < len(ids) - 1
-            return past_stop
-        if name == "structured_outputs":
-            if cfg.regex is None:
-                raise ValueError(f"config {cfg.id}: predicate structured_outputs needs sampling.structured_outputs "
-                                 "with a regex")
-            decode, pattern, eos = cfg.decoder(), cfg.regex, cfg.eos_id
-
-            def outside_grammar(y: str) -> bool:
-                o = parse_outcome(y)
-                return not o.crash and violates(pattern, decode, o.tokens, eos)
-            return outside_grammar
-        return super().predicate(name, cfg)
 
     def replay_context(self, header: Mapping[str, Any], vocab: list[bytes] | None = None) -> tuple[Any, str | None]:
         """The trace's token pieces: a structured-outputs request's grammar check reads its text."""

@@ -1,6 +1,6 @@
 """The vLLM probe's record types (badc_trace/engines/vllm.py) as typed schemas."""
 
-from badc_replay.schema import BOOL, IDS, INT, MAP, NONE, NUMBER, STR, Const, ListOf, OneOf, Record, optional
+from badc_replay.schema import BOOL, IDS, INT, MAP, NONE, NUMBER, STR, Const, ListOf, OneOf, Record, extends, optional
 from badc_trace.engines.vllm import ONE_TOKEN
 
 # The SamplingParams the checks read (the probe records more; those are left alone).
@@ -12,14 +12,14 @@ PARAMS = Record(optional={
 LOGPROBS = ListOf(optional(NUMBER))
 
 RECORDS = {
-    "request": Record({"req": INT, "prompt": IDS, "params": PARAMS}),
+    "request": extends("request", {"params": PARAMS}),
     "step": Record({"req": INT, "committed": INT, "drafts": IDS, "verify_masked": ListOf(IDS),
                     # a draft row's temperature: None where the row was not finite, ONE_TOKEN where one token is left
                     "verify_temperature": ListOf(OneOf((NUMBER, NONE, Const(ONE_TOKEN)))),
                     "final_masked": IDS, "role": STR, "produced": IDS},
                    {"grammar_masked": ListOf(IDS), "engine_req": STR}),
-    "return": Record({"req": INT, "tokens": IDS, "outcome": STR},
-                     {"finish_reason": optional(STR), "stop_reason": OneOf((INT, STR, NONE)), "logprobs": LOGPROBS,
-                      "prompt_logprobs": LOGPROBS,
-                      "completions": ListOf(Record({"index": INT, "tokens": IDS}, {"finish_reason": optional(STR)}))}),
+    "return": extends("return", optional={
+        "finish_reason": optional(STR), "stop_reason": OneOf((INT, STR, NONE)), "logprobs": LOGPROBS,
+        "prompt_logprobs": LOGPROBS,
+        "completions": ListOf(Record({"index": INT, "tokens": IDS}, {"finish_reason": optional(STR)}))}),
 }

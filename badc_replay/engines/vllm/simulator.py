@@ -60,5 +60,6 @@ class NgramSimulator:
         return enumerate_law(self.run, what=f"{self.kernel.cfg.id} ngram simulator ({self.bonus_mask})")
 
 
-HYPOTHESES = {"H-D1-bonus-mintokens": {"bonus_mask": "committed"},
+# The hypotheses' simulator switches (the engine registers each as a law, engines/vllm/__init__.py).
+SWITCHES = {"H-D1-bonus-mintokens": {"bonus_mask": "committed"},
               "H-D3-stop-per-step": {"stop_check": "step"}}

@@ -22,17 +22,15 @@ import numpy as np
 import pydantic
 from typing_extensions import TypedDict
 
-from badc_replay.engine import Engine, Harness, SimulatorCheck, strict
+from badc_replay.engine import Engine, Harness, Predicate, SimulatorCheck, strict
 from badc_replay.enumeration import ExactLaw, enumerate_law
 from badc_replay.exact import SpeculativeLaw
 from badc_replay.records import RecordTally, returns_with_records
-from badc_replay.schema import ANY, BOOL, IDS, INT, MAP, NUMBER, REQ, SCORE, STR, ListOf, Record
+from badc_replay.schema import ANY, BOOL, IDS, INT, MAP, NUMBER, REQ, SCORE, STR, ListOf, Record, extends
 from badc_replay.violations import Violation
 from badc_trace.outcomes import format_outcome, parse_outcome
 
 RECORD_TOLERANCE = 1e-9  # float64 throughout: replay recomputes the same numbers
-# The law of the engine with that defect planted (D4 changes returned records only, not the law).
-HYPOTHESES = {f"H-{d}": d for d in ("D1", "D2", "D3")}
 
 
 @pydantic.with_config(pydantic.ConfigDict(extra="forbid"))
@@ -201,10 +199,38 @@ def check_records(trace_path: str, cfg: ToyConfig) -> dict[str, Any]:
     return tally.to_dict()
 
 
-# The toy probe's record types (badc_trace/engines/toy.py) as typed schemas (badc_replay/schema.py).
+def _planted(defect: str) -> Callable[[ToyConfig], ExactLaw]:
+    return lambda cfg: _law(make_engine(cfg, speculative=True, defects=(defect,)), cfg)
+
+
+# The law of the engine with that defect planted (D4 changes returned records only, not the law).
+HYPOTHESES = {f"H-{d}": _planted(d) for d in ("D1", "D2", "D3")}
+
+
+def _min_tokens(cfg: ToyConfig) -> Predicate:
+    """EOS before the min_tokens processor allows it."""
+    m = max((p.get("min_tokens", 0) for p in cfg.processors if p["name"] == "min_tokens"), default=0)
+    return lambda y: parse_outcome(y).code == "eos" and len(parse_outcome(y).tokens) < m
+
+
+def _past_stop(cfg: ToyConfig) -> Predicate:
+    """A stop token before the last returned token."""
+    stops = {s["token"] for s in cfg.stopping}
+    return lambda y: any(t in stops for t in parse_outcome(y).tokens[:-1])
+
+
+def _max_new_tokens(cfg: ToyConfig) -> Predicate:
+    """More tokens than asked for."""
+    return lambda y: len(parse_outcome(y).tokens) > cfg.max_new_tokens
+
+
+PREDICATES = {"min_tokens": _min_tokens, "past_stop": _past_stop, "max_new_tokens": _max_new_tokens}
+
+
+# The toy probe's record types (badc_toy/probe.py) as typed schemas (badc_replay/schema.py).
 RECORDS = {
-    "request": Record({"req": INT, "prompt": IDS, "params": MAP}),
-    "return": Record({"req": INT, "tokens": IDS, "finish_reason": STR, "outcome": STR}, {"logprobs": ListOf(NUMBER)}),
+    "request": extends("request", {"params": MAP}),
+    "return": extends("return", {"finish_reason": STR}, {"logprobs": ListOf(NUMBER)}),
     "draft": Record({"req": REQ, "committed": IDS, "draft": IDS}),
     "processor": Record({"req": REQ, "proc": INT, "name": STR, "ids": IDS, "logical_len": INT},
                         {"state": ANY, "scores_out": ListOf(SCORE)}),
@@ -218,7 +244,7 @@ class ToyEngineAdapter(Engine[ToyConfig]):
     record_schema = RECORDS
     config_class = ToyConfig
     hypotheses = HYPOTHESES
-    predicates = ("min_tokens", "past_stop", "max_new_tokens")
+    predicates = PREDICATES
     simulator_metric = "max abs difference"
 
     def harness(self, cfg: ToyConfig, speculative: bool) -> ToyHarness:
@@ -240,29 +266,11 @@ class ToyEngineAdapter(Engine[ToyConfig]):
     def speculative_law(self, cfg: ToyConfig, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
         return speculative_law(cfg, patches)
 
-    def hypothesis_law(self, cfg: ToyConfig, hypothesis: str) -> ExactLaw:
-        if hypothesis not in HYPOTHESES:
-            return super().hypothesis_law(cfg, hypothesis)
-        return _law(make_engine(cfg, speculative=True, defects=(HYPOTHESES[hypothesis],)), cfg)
-
     def simulator_check(self, cfg: ToyConfig) -> SimulatorCheck:
         """Speculation on without a defect against P: sample-and-match is lossless, so 0 up to rounding."""
         p = self.reference_law(cfg).law
         q = _law(make_engine(cfg, speculative=True, defects=()), cfg).law
         return SimulatorCheck(self.simulator_metric, max(abs(p.get(y, 0.0) - q.get(y, 0.0)) for y in set(p) | set(q)))
-
-    def predicate(self, name: str, cfg: ToyConfig) -> Callable[[str], bool]:
-        """`min_tokens`: EOS before the min_tokens processor allows it; `past_stop`: a stop token before
-        the last returned token; `max_new_tokens`: more tokens than asked for."""
-        if name == "min_tokens":
-            m = max((p.get("min_tokens", 0) for p in cfg.processors if p["name"] == "min_tokens"), default=0)
-            return lambda y: parse_outcome(y).code == "eos" and len(parse_outcome(y).tokens) < m
-        if name == "past_stop":
-            stops = {s["token"] for s in cfg.stopping}
-            return lambda y: any(t in stops for t in parse_outcome(y).tokens[:-1])
-        if name == "max_new_tokens":
-            return lambda y: len(parse_outcome(y).tokens) > cfg.max_new_tokens
-        return super().predicate(name, cfg)
 
     def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],
                       context: Any = None) -> list[Violation]:
