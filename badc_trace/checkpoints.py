@@ -73,3 +73,56 @@ def resolve_model(spec: str) -> str:
         raise ModelSpecError(f"model {spec!r}: no such file or folder, and not a model name ({hint}names: "
                              f"{', '.join(names)})")
     return spec
+
+
+def hf_folder(spec: str) -> str:
+    """A Hugging Face model folder for engines that load no GGUF (vLLM 0.32 has no GGUF loader): a named
+    checkpoint's GGUF dequantized to float32 safetensors with its tokenizer, made once per checkpoint
+    version under BADC_CACHE (the same bytes from transformers 5.19 and 5.24: checked by comparing the
+    files), or the folder given. Needs transformers, gguf and accelerate in this environment (the builds
+    that list the checkpoint install them)."""
+    ckpt = CHECKPOINTS.get(spec)
+    if ckpt is None:
+        if not os.path.isdir(spec):
+            raise ModelSpecError(f"model {spec!r}: not a model folder (config.json, weights, tokenizer.json) "
+                                 f"and not a model name (names: {', '.join(CHECKPOINTS)})")
+        return spec
+    import json
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    base = Path(os.environ.get("BADC_CACHE", Path.home() / ".cache" / "badc")) / "checkpoints"
+    folder = base / f"{ckpt.name}-{ckpt.version}-hf"
+    if (folder / "config.json").exists():
+        return str(folder)
+    gguf = Path(resolve_model(spec))
+    try:
+        import torch
+        from safetensors.torch import save_file
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as e:
+        raise ModelSpecError(f"model {spec!r}: its folder {folder} is made once from the GGUF by transformers, "
+                             f"under a build that lists the checkpoint ({e})") from None
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=base))  # renamed into place when complete
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        weights = model.state_dict()
+        if model.config.tie_word_embeddings:
+            weights.pop("lm_head.weight", None)  # one tensor, stored once (safetensors refuses shared ones)
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / "model.safetensors"),
+                  metadata={"format": "pt"})
+        tokenizer.save_pretrained(tmp)
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)  # the weights are dequantized
+        config["architectures"] = [type(model).__name__]
+        (tmp / "config.json").write_text(json.dumps(config, indent=1))
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process made it first: theirs is the same
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(folder)

@@ -17,7 +17,11 @@ tracked as nesting, its calls carry role `draft`):
   the ids it was given, the position's logical prefix length `logical_len`, its role (`filter`: the
   prompt-lookup drafter's candidate filtering on all-one placeholder scores; `verify`: assisted
   decoding's verification; `step`: an ordinary sampling step; `draft`: inside a draft model), a digest
-  of the processor's state and, at level `full`, the incoming and outgoing float32 scores;
+  of the processor's state and, at level `full`, the incoming and outgoing float32 scores, each vector
+  written once: an element whose incoming scores are the previous element's outgoing ones says so
+  (`in_previous`), and a list whose scores are its recorded elements' (the first one's incoming, the
+  last one's outgoing) gives their number (`scores_elements`) instead (V = 49,152 floats are 196 KB;
+  zstd finds a repeat inside one record, not one a few records away);
 - `crop`: `Cache.crop` calls (the argument is a 0-d tensor in 5.17, an int later);
 - `stop_check`: each stopping-criteria evaluation, the ids, the result, and whether it read the
   committed ids or a candidate (committed ids plus drafts, evaluated before verification in 5.17);
@@ -86,6 +90,11 @@ class _Request(Request):
     prompt_len: int = 0
     elements: list[Any] = field(default_factory=list)  # the list whose call is in progress
     list_role: str = "step"
+    # level full, within the list call in progress: the first recorded element's incoming scores, the
+    # last one's outgoing scores and how many were recorded, so that no float32 vector is written twice
+    first_in: bytes | None = None
+    last_out: bytes | None = None
+    recorded: int = 0
     in_element: int = 0
     last_draft: tuple[int, list[int]] | None = None  # (committed length, proposal)
     candidate_pending: bool = False  # between a drafter's return and its block's verification
@@ -337,18 +346,20 @@ class TransformersInstrumentor(BaseInstrumentor):
             return wrapped(*args, **kwargs)
         for p in instance:
             self._wrap_element(type(p))
-        outer = (req.elements, req.list_role)
+        outer = (req.elements, req.list_role, req.first_in, req.last_out, req.recorded)
         ids, scores = args[0], args[1]
         role = self._role(req)
         if role == "verify":
             req.candidate_pending = False
         req.elements, req.list_role = list(instance), role
+        req.first_in, req.last_out, req.recorded = None, None, 0
         full = self.sink.full
         before = _f32(scores[0]) if full else None
         try:
             out = wrapped(*args, **kwargs)
+            first_in, last_out, recorded = req.first_in, req.last_out, req.recorded
         finally:
-            req.elements, req.list_role = outer
+            req.elements, req.list_role, req.first_in, req.last_out, req.recorded = outer
         self.sink.count(Counter.PROCESSOR_CALLS)
         if not self.sink.recording:
             return out
@@ -356,7 +367,11 @@ class TransformersInstrumentor(BaseInstrumentor):
         rec = {"type": "processor", "req": req.id, "proc": -1, "name": "LogitsProcessorList", "ids": _ids(ids[0]),
                "role": role, "logical_len": self._logical_len(req, role, n), "committed": req.committed}
         if full:
-            rec["scores_in"], rec["scores_out"] = before, _f32(out[0])
+            after = _f32(out[0])
+            if recorded and first_in == before and last_out == after:
+                rec["scores_elements"] = recorded  # the list's scores are its elements' (first in, last out)
+            else:
+                rec["scores_in"], rec["scores_out"] = before, after
         self.sink.emit(rec)
         return out
 
@@ -390,7 +405,14 @@ class TransformersInstrumentor(BaseInstrumentor):
                "ids": _ids(ids[0]), "role": req.list_role, "logical_len": self._logical_len(req, req.list_role, n),
                "committed": req.committed, "state": state_digest(instance)}
         if full:
-            rec["scores_in"], rec["scores_out"] = before, _f32(out[0])
+            after = _f32(out[0])
+            if req.recorded and before == req.last_out:
+                rec["in_previous"] = True  # its incoming scores are the previous element's outgoing ones
+            else:
+                rec["scores_in"] = before
+            rec["scores_out"] = after
+            req.first_in = before if not req.recorded else req.first_in
+            req.last_out, req.recorded = after, req.recorded + 1
         self.sink.emit(rec)
         return out
 

@@ -227,7 +227,19 @@ def test_probes_record_roles_and_leave_nothing_patched(tmp_path):
     recs = list(read_trace(str(tmp_path / "t.badc")))
     roles = {r["role"] for r in recs if r["type"] == "processor"}
     assert roles == {"filter", "verify"}
-    assert all("scores_in" in r for r in recs if r["type"] == "processor")
+    # each float32 vector written once: a list's scores are its elements' (guidance, then top-k), and the
+    # second element's incoming scores are the first one's outgoing scores
+    from badc_replay.engines.transformers.written_once import with_scores
+
+    procs = [r for r in recs if r["type"] == "processor"]
+    assert all(r.get("scores_elements") == 2 and "scores_in" not in r for r in procs if r["proc"] == -1)
+    assert all(r.get("in_previous") and "scores_in" not in r for r in procs if r["proc"] == 1)
+    resolved = [r for r in with_scores(recs) if r["type"] == "processor"]
+    assert all("scores_in" in r and "scores_out" in r for r in resolved)
+    for first, second, whole in zip(resolved[::3], resolved[1::3], resolved[2::3], strict=True):
+        assert (first["proc"], second["proc"], whole["proc"]) == (0, 1, -1)
+        assert whole["scores_in"] == first["scores_in"] and whole["scores_out"] == second["scores_out"]
+        assert second["scores_in"] == first["scores_out"]
     assert {r["type"] for r in recs} >= {"request", "draft", "processor", "crop", "stop_check", "return"}
     crop_types = {r["arg_type"] for r in recs if r["type"] == "crop"}
     assert crop_types == {CROP_ARG[VERSION]}

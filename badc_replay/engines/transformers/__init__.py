@@ -35,6 +35,7 @@ from badc_replay.engines.transformers.records import check_records
 from badc_replay.engines.transformers.schema import RECORDS
 from badc_replay.engines.transformers.scores import score_request
 from badc_replay.engines.transformers.simulator import SWITCHES, AssistedSimulator, laws_of
+from badc_replay.engines.transformers.written_once import with_scores
 from badc_replay.enumeration import ExactLaw
 from badc_replay.exact import SpeculativeLaw
 from badc_replay.scores import RequestScores
@@ -189,17 +190,20 @@ class TransformersEngine(Engine[TransformersConfig]):
         except (TypeError, ValueError, KeyError) as e:
             return None, f"D2 and D3 not checked: the trace header's config is not a transformers config ({e})"
 
+    # Each reads the scores the probe wrote once (written_once.py) as every call's own.
+
     def check_request(self, records: list[dict[str, Any]], config: Mapping[str, Any],
                       context: Kernel | None = None) -> list[Violation]:
-        return check_request(records, config, context)
+        return check_request(with_scores(records), config, context)
 
     def score_request(self, request: int, records: list[dict[str, Any]],
                       context: Kernel | ProgramKernels) -> RequestScores:
-        return score_request(request, records, context)
+        return score_request(request, with_scores(records), context)
 
     def logical_calls(self, records: list[dict[str, Any]]) -> list[LogicalCall]:
         """Verification and ordinary steps: a prompt-lookup filter call's placeholder scores and a draft
         model's calls belong to no position of the returned sequence."""
+        records = with_scores(records)
         return [c for c in processor_calls(records) if records[c.record].get("role") in ("verify", "step")]
 
 

@@ -109,21 +109,30 @@ class Kernel:
         registered stateful processors' state ignores scores), ready for its call at `ids`."""
         import torch
 
-        key = (index, tuple(ids))
-        hit = self._replayed.get(key)
-        if hit is not None:
+        ids = tuple(ids)
+        # the longest prefix already replayed: one step from the previous row's, not the whole prefix again
+        # (a guidance processor's step is a forward of the unconditional model)
+        start, proc = len(self.prompt), None
+        for t in range(len(ids), len(self.prompt), -1):
+            hit = self._replayed.get((index, ids[:t]))
+            if hit is None:
+                continue
             try:
-                return copy.deepcopy(hit, {id(self.model): self.model})
+                proc, start = copy.deepcopy(hit, {id(self.model): self.model}), t
             except Exception:  # a processor holding native state: replay it again
                 pass
-        procs, _ = self.fresh()
-        proc = procs if index < 0 else procs[index]
+            break
+        if start == len(ids) and proc is not None:
+            return proc
+        if proc is None:
+            procs, _ = self.fresh()
+            proc = procs if index < 0 else procs[index]
         zeros = torch.zeros((1, self.model.config.vocab_size))
         with torch.no_grad():  # a processor's tensors must be graph leaves to be copied
-            for t in range(len(self.prompt), len(ids)):
+            for t in range(start, len(ids)):
                 proc(torch.tensor([list(ids[:t])]), zeros.clone())
         try:
-            self._replayed[key] = copy.deepcopy(proc, {id(self.model): self.model})
+            self._replayed[(index, ids)] = copy.deepcopy(proc, {id(self.model): self.model})
         except Exception:
             pass
         return proc

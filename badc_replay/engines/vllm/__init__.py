@@ -41,6 +41,7 @@ from badc_replay.engines.vllm.stops import first_stop
 from badc_replay.enumeration import ExactLaw
 from badc_replay.exact import SpeculativeLaw
 from badc_replay.violations import Violation
+from badc_trace.checkpoints import ModelSpecError
 from badc_trace.outcomes import parse_outcome
 
 
@@ -121,9 +122,15 @@ class VllmEngine(Engine[VllmConfig]):
         found = [f"unknown key 'sampling.{k}' for vllm {self.version()}'s SamplingParams ({nearest(k, valid)})"
                  for k in cfg.sampling if k not in valid]
         kinds = {f.name for f in dataclasses.fields(StructuredOutputsParams) if f.init}
-        return found + [f"unknown key 'sampling.structured_outputs.{k}' for vllm {self.version()}'s "
-                        f"StructuredOutputsParams ({nearest(k, kinds)})"
-                        for k in cfg.sampling.get("structured_outputs") or {} if k not in kinds]
+        found += [f"unknown key 'sampling.structured_outputs.{k}' for vllm {self.version()}'s "
+                  f"StructuredOutputsParams ({nearest(k, kinds)})"
+                  for k in cfg.sampling.get("structured_outputs") or {} if k not in kinds]
+        if not self.enumerable(cfg):  # a trained checkpoint: its folder made (once) before anything is sealed
+            try:
+                cfg.model_path  # noqa: B018
+            except ModelSpecError as e:
+                found.append(f"key 'model': {e}")
+        return found
 
     def refusal(self, cfg: VllmConfig) -> str | None:
         """vLLM's own check of a request's parameters against speculative decoding (min_p and logit_bias

@@ -61,6 +61,14 @@ class VllmConfig:
             raise ValueError(f"key 'model': {e}") from None
 
     @property
+    def model_path(self) -> str:
+        """The folder of a model that is not a tiny one: a named checkpoint's (made once from its GGUF,
+        badc_trace/checkpoints.py), or the folder given."""
+        from badc_trace.checkpoints import hf_folder
+
+        return hf_folder(self.model)
+
+    @property
     def min_tokens(self) -> int:
         return int(self.sampling.get("min_tokens", 0))
 
@@ -102,7 +110,7 @@ class VllmConfig:
         except ImportError as e:
             raise ValueError(f"config {self.id}: the text of outputs of {self.model} needs the `tokenizers` "
                              "package in this environment (pip install tokenizers)") from e
-        tok = Tokenizer.from_file(str(Path(self.model) / "tokenizer.json"))
+        tok = Tokenizer.from_file(str(Path(self.model_path) / "tokenizer.json"))
         return lambda ids: tok.decode(list(ids), skip_special_tokens=True)
 
     @property
@@ -161,4 +169,4 @@ def _eos(cfg: VllmConfig) -> int:
         return vocab_size("vllm", cfg.model) - 1  # the tiny vocabularies end with </s>
     import json
 
-    return int(json.loads((Path(cfg.model) / "config.json").read_text())["eos_token_id"])
+    return int(json.loads((Path(cfg.model_path) / "config.json").read_text())["eos_token_id"])

@@ -31,7 +31,11 @@ def load_llm(cfg: VllmConfig, speculative: bool, **kwargs: Any) -> Any:
         return tiny.load(seed, vocab_size("vllm", cfg.model), **kwargs)
     from vllm import LLM
 
-    return LLM(model=cfg.model, dtype="float32", enforce_eager=True, **kwargs)
+    # a trained checkpoint: its folder (a named one dequantized from its GGUF); the CPU backend's KV cache
+    # and memory share sized as for the tiny models, a context long enough for chat-length prompts
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    opts = {"max_model_len": 1024, "gpu_memory_utilization": 0.5, **kwargs}
+    return LLM(model=cfg.model_path, dtype="float32", enforce_eager=True, **opts)
 
 
 class EngineDead(RuntimeError):
