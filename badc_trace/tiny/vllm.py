@@ -120,16 +120,20 @@ def dir_digest(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def load(seed: int, size: int = 16, **kwargs: Any) -> Any:
-    """An in-process `vllm.LLM` on the tiny model (set VLLM_ENABLE_V1_MULTIPROCESSING=0 first)."""
+def llm(model: str, **kwargs: Any) -> Any:
+    """An in-process `vllm.LLM` on the CPU backend as badc runs every model: float32, eager, a 1 GB KV
+    cache and half the memory share (vLLM's default 0.92 is more than a busy machine has free); `kwargs`
+    override these."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM
 
-    opts = dict(dtype="float32", max_model_len=64, seed=0, enforce_eager=True,
-                max_num_seqs=256, gpu_memory_utilization=0.5)
-    opts.update(kwargs)
-    return LLM(model=str(model_path(seed, size)), **opts)
+    return LLM(model=model, **{"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.5, **kwargs})
+
+
+def load(seed: int, size: int = 16, **kwargs: Any) -> Any:
+    """An in-process `vllm.LLM` on the tiny model."""
+    return llm(str(model_path(seed, size)), **{"max_model_len": 64, "seed": 0, "max_num_seqs": 256, **kwargs})
 
 
 def first_step_distribution(seed: int, prompt: str = DEFAULT_PROMPT, llm: Any = None) -> dict[str, float]:

@@ -29,13 +29,9 @@ def load_llm(cfg: VllmConfig, speculative: bool, **kwargs: Any) -> Any:
     seed = parse_model_spec("vllm", cfg.model)
     if seed is not None:
         return tiny.load(seed, vocab_size("vllm", cfg.model), **kwargs)
-    from vllm import LLM
-
-    # a trained checkpoint: its folder (a named one dequantized from its GGUF); the CPU backend's KV cache
-    # and memory share sized as for the tiny models, a context long enough for chat-length prompts
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    opts = {"max_model_len": 1024, "gpu_memory_utilization": 0.5, **kwargs}
-    return LLM(model=cfg.model_path, dtype="float32", enforce_eager=True, **opts)
+    # a trained checkpoint: its folder (a named one dequantized from its GGUF), a context long enough for
+    # chat-length prompts
+    return tiny.llm(cfg.model_path, **{"max_model_len": 1024, **kwargs})
 
 
 class EngineDead(RuntimeError):
