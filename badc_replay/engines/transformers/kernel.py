@@ -122,7 +122,7 @@ class Kernel:
             except Exception:  # a processor holding native state: replay it again
                 pass
             break
-        if start == len(ids):  # replayed to `ids` itself
+        if start == len(ids) and proc is not None:  # replayed to `ids` itself (a prompt alone starts fresh)
             return proc
         if proc is None:
             procs, _ = self.fresh()
