@@ -4,6 +4,7 @@ import torch
 
 from badc_trace.tiny import DEFAULT_PROMPT, default_seed
 from badc_trace.tiny import transformers as tiny
+from tests.upstream_repros import load_repro, run_check
 
 SEED = default_seed("transformers")
 
@@ -64,38 +65,16 @@ def test_state_digest_is_by_content_and_sees_in_place_changes_of_big_tensors():
     assert state_digest(b) != first
 
 
-def _repro():
-    """findings/transformers/upstream/repro.py, the standalone reproducer for upstream reports."""
+def test_upstream_reproducer_builds_the_tiny_model():
+    assert tiny.weights_digest(load_repro("transformers").build(SEED)[0]) == tiny.weights_digest(tiny.build(SEED)[0])
+
+
+def test_every_upstream_report_still_shows_on_this_build_and_the_repair_removes_its_own(tmp_path):
+    # repro.py check: the plain-sampling control, guidance and SynthID state advanced by drafts (and
+    # not with the stateful-replay repair), the stop string seed, xgrammar's assertion.
     import importlib.util
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "findings" / "transformers" / "upstream" / "repro.py"
-    spec = importlib.util.spec_from_file_location("badc_upstream_repro", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_upstream_reproducer_builds_the_tiny_model_and_shows_guidance_state_advanced_by_drafts():
-    repro = _repro()
-    model, _ = repro.build(SEED)
-    assert tiny.weights_digest(model) == tiny.weights_digest(tiny.build(SEED)[0])
-    from transformers.generation import logits_process as lp
-
-    cfg_processor = lp.UnbatchedClassifierFreeGuidanceLogitsProcessor
-    new, calls = repro.trace_stateful(repro.Run({"guidance_scale": 1.5}), cfg_processor, seed=0)
-    placeholders = [c for c in calls if c[1]]
-    sampled = [c for c in calls if not c[1]]
-    # sequential decoding calls the processor once per new token, on the scores it samples from
-    assert len(calls) > len(new) and placeholders and sampled[0][0] == []
-    assert sampled[0][2] > 0.01  # the first sampled row already differs from the sequential schedule's
-    assert cfg_processor.__call__.__name__ == "__call__"  # the logging patch is undone
-
-
-def test_upstream_reproducer_plain_sampling_rows_agree_with_the_sequential_schedule():
-    # the control: a processor without state (temperature) gives the same scores on every schedule
-    repro = _repro()
-    from transformers.generation import logits_process as lp
-
-    new, calls = repro.trace_stateful(repro.Run({"temperature": 0.7}), lp.TemperatureLogitsWarper, seed=0)
-    assert calls and all(c[2] < 1e-6 for c in calls if not c[1])
+    # a build without xgrammar (5.12.0) says so and exits 3: the other four still must show
+    unchecked = () if importlib.util.find_spec("xgrammar") else ("xgrammar",)
+    out = run_check("transformers", tmp_path, verdicts=5, unchecked=unchecked)
+    assert "seed 1062: 'cd</s>' with prompt lookup, 'cd' without it" in out

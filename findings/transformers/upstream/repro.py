@@ -12,6 +12,7 @@ prompt `abcdabcdab`, `max_new_tokens=3`, `do_sample=True`, and prompt lookup
     python repro.py stop-string   # stop_strings=["cd"] completed inside a verification block
     python repro.py xgrammar      # xgrammar's HF processor with prompt lookup: AssertionError
     python repro.py all [--draws N]
+    python repro.py check         # quick: each report still shows here (exit 1 if one does not), with the repair
 
 Each prints what one generate() call did, then compares speculation on and off over N seeded draws
 (default 4,000) per arm, with a second speculation-off run as the noise reference; each arm has its
@@ -259,16 +260,96 @@ def xgrammar(draws: int) -> None:
     compare(run, min(draws, 1000))
 
 
+# -- check: each report still shows on this build (run by badc's suite) ----------------------------
+
+
+def fix_stateful(cls: type):
+    """The change of badc's frozen repair transformers/stateful-replay, made at run time on a class: each
+    call rebuilds the processor's state from the prompt along the prefix it is given, so calls on
+    placeholder scores and on rejected rows leave nothing behind. Returns the original __call__."""
+    original = cls.__call__
+
+    def rebuilt(self, input_ids, scores):
+        if not hasattr(self, "_fix_initial"):
+            self._fix_initial, self._fix_prompt = fresh_copy(self), input_ids.shape[1]
+        fresh = fresh_copy(self._fix_initial)
+        for t in range(self._fix_prompt, input_ids.shape[1]):
+            original(fresh, input_ids[:, :t], torch.zeros_like(scores))
+        return original(fresh, input_ids, scores)
+
+    cls.__call__ = rebuilt
+    return original
+
+
+def verdict(state: str, what: str) -> str:
+    print(f"{state}: {what}\n")
+    return state
+
+
+def check(draws: int) -> list[str]:
+    """Quick and seeded: the mechanism of each report on one generate() (and with the frozen repair where
+    there is one), the stop-string seed of report 2, and the first xgrammar crash of report 3."""
+    out = []
+    _, calls = trace_stateful(Run({"temperature": 0.7}), lp.TemperatureLogitsWarper, seed=0)
+    out.append(verdict("SHOWN" if all(d == 0 for _, placeholder, d in calls if not placeholder) else "NOT SHOWN",
+                       "control: a stateless processor's sampled rows equal the sequential schedule's"))
+    stateful = (("guidance", {"guidance_scale": 1.5}, lp.UnbatchedClassifierFreeGuidanceLogitsProcessor),
+                ("SynthID", {"watermarking_config": transformers.SynthIDTextWatermarkingConfig(**SYNTHID)},
+                 lp.SynthIDTextWatermarkLogitsProcessor))
+    for name, generation, cls in stateful:
+        _, calls = trace_stateful(Run(generation), cls, seed=0)
+        shown = any(d > 1e-3 for _, placeholder, d in calls if not placeholder)
+        original = fix_stateful(cls)
+        try:
+            print(f"With transformers/stateful-replay's change applied at run time to {cls.__name__}:")
+            _, calls = trace_stateful(Run(generation), cls, seed=0)
+        finally:
+            cls.__call__ = original
+        fixed = all(d == 0 for _, placeholder, d in calls if not placeholder)
+        out.append(verdict("SHOWN" if shown and fixed else "NOT SHOWN",
+                           f"{name}: a sampled row differs from the sequential schedule's; none with the repair"))
+    run = Run({"stop_strings": ["cd"]})
+    on, off = run.text(run.generate(1062, True, tokenizer=True)), run.text(run.generate(1062, False, tokenizer=True))
+    print(f"stop_strings=['cd'], seed 1062: {on!r} with prompt lookup, {off!r} without it")
+    out.append(verdict("SHOWN" if "cd" in on[:-1] and not on.endswith("cd") and off.endswith("cd") else "NOT SHOWN",
+                       "stop string: generation went on past a completed stop string with prompt lookup only"))
+    try:
+        import xgrammar  # noqa: F401
+    except ImportError:
+        out.append(verdict("NOT CHECKED", "xgrammar: xgrammar is not installed"))
+        return out
+    crashes = collections.Counter()
+
+    def count(seed: int, speculative: bool) -> None:
+        crashes[speculative] += outcome(run, seed, speculative).startswith("crash:AssertionError")
+    run = Run({})
+    from xgrammar.contrib.hf import LogitsProcessor
+
+    info = xgrammar.TokenizerInfo.from_huggingface(run.tok, vocab_size=len(VOCAB))
+    grammar = xgrammar.GrammarCompiler(info).compile_grammar('root ::= [a-c]+ "d"?')
+    run.processors = lambda r: transformers.LogitsProcessorList([LogitsProcessor(grammar)])
+    for seed in range(50):
+        count(seed, True)
+        count(seed, False)
+    print(f"xgrammar, 50 seeds: AssertionError in {crashes[True]} with prompt lookup, {crashes[False]} without it")
+    out.append(verdict("SHOWN" if crashes[True] > 0 and crashes[False] == 0 else "NOT SHOWN",
+                       "xgrammar: the HF processor asserts with prompt lookup only"))
+    return out
+
+
 CASES = {"guidance": guidance, "synthid": synthid, "synthid-draft-model": synthid_draft_model,
          "stop-string": stop_string, "xgrammar": xgrammar}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("case", choices=[*CASES, "all"])
+    ap.add_argument("case", choices=[*CASES, "all", "check"])
     ap.add_argument("--draws", type=int, default=4000)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.case == "check":  # exit 1: a report no longer shows (stale); 3: a case could not be checked here
+        states = check(args.draws)
+        return 1 if "NOT SHOWN" in states else 3 if "NOT CHECKED" in states else 0
     for name, fn in CASES.items():
         if args.case in (name, "all"):
             print(f"## {name}\n")

@@ -12,6 +12,7 @@ seed (badc's `tiny`, the same weights), prompt `abcdabcdab`, `max_tokens=4`, and
     python repro.py llvmlite          # LLM() fails once llvmlite.binding is imported (numba; a past ngram LLM)
     python repro.py seed-offset       # a seeded request whose prefill is chunked fails the step on CPU
     python repro.py all [--draws N]
+    python repro.py check             # quick: reports 1 and 2 still show here (exit 1 if not), the fix of 1
 
 Each arm runs in its own process (one in-process LLM per process). Speculative decoding is meant to leave
 the output law unchanged; each law comparison prints the total variation between speculation on and off,
@@ -300,7 +301,91 @@ def _seed_offset(model: str) -> None:
         print(f"ok: 600 requests {'with' if seeded else 'without'} seeds returned", flush=True)
 
 
+# -- check: each report still shows on this build (run by badc's suite) ----------------------------
+
+
+def expand_leaves(fixed: bool) -> list[float]:
+    """What the registered expand_kernel override writes into a float32 output of [-5, -5, -5]."""
+    import torch
+    from vllm.platforms import current_platform
+
+    current_platform.register_triton_kernel_overrides()  # what LLM() does on a CPU without Triton
+    from vllm.v1.sample import rejection_sampler
+
+    if fixed:
+        fix_expand()
+    out = torch.full((3,), -5.0)
+    rejection_sampler.expand_kernel(out, torch.tensor([0.7, 1.3]), torch.tensor([1, 3], dtype=torch.int32), 0, 1)
+    return [round(v, 4) for v in out.tolist()]
+
+
+def _bonus_masks(model: str, spec: str, draws: int) -> None:
+    """Counts the bonus rows whose stop tokens MinTokensLogitsProcessor.apply masks although their logical
+    output position (committed tokens + drafts of the step) has reached min_tokens; prints them as JSON."""
+    from vllm import SamplingParams
+    from vllm.v1.sample import rejection_sampler
+    from vllm.v1.sample.logits_processor import builtin
+
+    step = {"drafts": None}
+    forward, apply = rejection_sampler.RejectionSampler.forward, builtin.MinTokensLogitsProcessor.apply
+    seen = {"bonus rows": 0, "masked past min_tokens": 0}
+
+    def forward_logged(self, metadata, *args, **kwargs):  # a verification step: drafts per request
+        step["drafts"] = list(metadata.num_draft_tokens)
+        try:
+            return forward(self, metadata, *args, **kwargs)
+        finally:
+            step["drafts"] = None
+
+    def apply_logged(self, logits):
+        if step["drafts"] is not None and logits.shape[0] == len(step["drafts"]):  # the bonus rows
+            seen["bonus rows"] += logits.shape[0]
+            for index, (min_toks, out_ids, _, _) in self.min_toks.items():
+                seen["masked past min_tokens"] += len(out_ids) + step["drafts"][index] >= min_toks
+        return apply(self, logits)
+
+    rejection_sampler.RejectionSampler.forward = forward_logged
+    builtin.MinTokensLogitsProcessor.apply = apply_logged
+    llm = load(model, {**NGRAM, "num_speculative_tokens": 1} if spec == "on-k1" else None)
+    fix_expand()
+    params = [SamplingParams(seed=i, max_tokens=4, temperature=1.0, min_tokens=2, stop_token_ids=STOPS)
+              for i in range(draws)]
+    llm.generate([PROMPT] * draws, params, use_tqdm=False)
+    print(json.dumps(seen), flush=True)
+
+
+def check(model: str, draws: int) -> list[str]:
+    def verdict(state: str, what: str) -> str:
+        print(f"{state}: {what}\n")
+        return state
+
+    out = []
+    shipped, fixed = expand_leaves(False), expand_leaves(True)
+    print(f"expand_kernel(output=float32 [-5, -5, -5], input=[0.7, 1.3], cu_num_tokens=[1, 3]) leaves {shipped}; "
+          f"with vllm#55006's fix {fixed}")
+    out.append(verdict("SHOWN" if shipped == [-5.0, -5.0, -5.0] and fixed == [0.7, 1.3, 1.3] else "NOT SHOWN",
+                       "expand: the float32 output is not written; the fix writes it"))
+    counts = {}
+    for spec in ("on-k1", "off"):
+        proc = subprocess.run([sys.executable, __file__, "_bonus_masks", model, spec, str(draws)],
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode:
+            raise RuntimeError(proc.stderr[-2000:])
+        counts[spec] = json.loads(proc.stdout.strip().splitlines()[-1])
+    on = counts["on-k1"]
+    print(f"{draws} requests, min_tokens=2, num_speculative_tokens=1: of {on['bonus rows']} bonus rows, "
+          f"MinTokensLogitsProcessor.apply masked the stop tokens of {on['masked past min_tokens']} whose logical "
+          f"output position (committed tokens + the step's drafts) had reached min_tokens; without speculation "
+          f"there are {counts['off']['bonus rows']} bonus rows")
+    out.append(verdict("SHOWN" if on["masked past min_tokens"] > 0 and counts["off"]["bonus rows"] == 0
+                       else "NOT SHOWN", "bonus-min-tokens: the bonus row masked by the committed length"))
+    return out
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_bonus_masks":
+        _bonus_masks(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "_arm":
         model, spec, draws, seed0, params, fixed = sys.argv[2:8]
         print(json.dumps(arm(model, spec, int(draws), int(seed0), json.loads(params), fixed == "fixed")))
@@ -315,7 +400,7 @@ def main() -> None:
         _llvmlite(sys.argv[2], sys.argv[3])
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("case", choices=["expand", "bonus-min-tokens", "hang", "llvmlite", "seed-offset", "all"])
+    ap.add_argument("case", choices=["expand", "bonus-min-tokens", "hang", "llvmlite", "seed-offset", "all", "check"])
     ap.add_argument("--draws", type=int, default=20000, help="draws per arm (default 20,000)")
     args = ap.parse_args()
     import vllm
@@ -324,6 +409,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = str(Path(tmp) / "tiny")
         write_model(Path(model))
+        if args.case == "check":  # exit 1: a report no longer shows on this build
+            sys.exit(0 if all(v == "SHOWN" for v in check(model, 200)) else 1)
         if args.case in ("expand", "all"):
             expand(model, args.draws)
         if args.case in ("bonus-min-tokens", "all"):
