@@ -196,7 +196,8 @@ def collect(engine: Engine, cfg: Any, arm: str, draws: int, campaign_seed: int, 
         def check(path: str) -> dict[str, Any]:
             return engine.check_records(cfg, made["h"], path)
 
-    header = engine.trace_config(cfg, arm) | ({"applied": list(applied)} if applied else {})
+    header = (engine.trace_config(cfg, arm) | ({"applied": list(applied)} if applied else {})
+              | ({"repair": repair} if repair is not None else {}))  # a re-run in replay applies them too
     try:
         return collect_arm(ArmSpec(cfg.id, arm, draws, campaign_seed, start, seed_arm), engine.probe(), setup,
                            engine=engine, build=engine.version(), level=level or engine.trace_level, seal=seal,

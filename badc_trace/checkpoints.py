@@ -75,6 +75,18 @@ def resolve_model(spec: str) -> str:
     return spec
 
 
+def checkpoint_of(path: str) -> str | None:
+    """The name of the checkpoint whose installed file `path` is, if any (a program that loaded the GGUF
+    by its path); None for any other file or where the package is not installed."""
+    for name in CHECKPOINTS:
+        try:
+            if os.path.samefile(resolve_model(name), path):
+                return name
+        except (ModelSpecError, OSError):
+            continue
+    return None
+
+
 def hf_folder(spec: str) -> str:
     """A Hugging Face model folder for engines that load no GGUF (vLLM 0.32 has no GGUF loader): a named
     checkpoint's GGUF dequantized to float32 safetensors with its tokenizer, made once per checkpoint

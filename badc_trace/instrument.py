@@ -55,7 +55,9 @@ class TraceSink:
 
     HELD = 64  # records held by emit_later at most
 
-    def __init__(self, writer: TraceWriter | None = None, level: str = "calls"):
+    def __init__(self, writer: TraceWriter | None = None, level: str = "calls", pieces: bool = True):
+        """`pieces=False`: no tokenizer pieces (`vocab` records), for a sink whose records only replay
+        reads (a re-run of a request, which would decode the whole vocabulary again each time)."""
         if level not in LEVELS:
             raise ValueError(f"trace level must be one of {', '.join(LEVELS)}, not {level!r}")
         self.writer = writer
@@ -65,6 +67,7 @@ class TraceSink:
         # the engine's hot path. Fixed at construction: plain attributes, read several times per token.
         self.recording = writer is not None and level != "counts"
         self.full = writer is not None and level == "full"
+        self.pieces = pieces
         self.counters: dict[str, int] = dict.fromkeys(map(str, Counter), 0)
         self.lock = threading.Lock()
         self._held: list[dict[str, Any]] = []
@@ -366,7 +369,7 @@ class BaseInstrumentor:
         """Write a tokenizer's pieces (one byte string per token id) once per process, before the first
         request that uses it, so replay and diff can show text beside ids (`pieces` may find none).
         Never raises into the engine."""
-        if not self.sink.recording or key in self._vocabs:
+        if not self.sink.recording or not self.sink.pieces or key in self._vocabs:
             return
         self._vocabs.add(key)
         try:

@@ -215,14 +215,39 @@ def test_transformers_program_badc_never_saw_gets_d2_and_d3_checked(tmp_path, ca
         assert violating & set(range(16 * i + 8, 16 * i + 16)), (case, "assistant", sorted(violating))
     first_clean = 16 * len(BROKEN_CASES)
     assert not {r for r in violating if r >= first_clean}, sorted(violating)
-    # the controls alone: held (exit 0); without their scores (as level calls records them): exit 3
+    # the controls alone: held (exit 0); without their scores and without the digests level calls keeps
+    # of them (what an older badc's level calls wrote): exit 3, every request unchecked, saying why
     clean = _rewrite(trace, tmp_path / "clean.badc", lambda r: r.get("req") is None or r["req"] >= first_clean)
     assert main(["replay", str(clean)]) == 0
     calls = _rewrite(clean, tmp_path / "calls.badc", lambda r: True,
                      lambda r: {k: v for k, v in r.items() if k not in ("scores_in", "scores_out")})
     assert main(["replay", str(calls)]) == 3
     err = capfd.readouterr().err
-    assert "UNCHECKED: 40 of 40 requests not checked in full: D2 not checked" in err and "--level full" in err
+    assert "UNCHECKED: 24 of 40 requests not checked in full: D2 not checked: record 1 (processor 0) has no " \
+           "digest of its scores" in err and "--level full" in err
+    assert "UNCHECKED: 16 of 40 requests not checked in full: D2 not checked: its drafter is a draft model" in err
+
+
+@pytest.mark.skipif(not TF24_BUILD.installed, reason="build transformers-5.24.0 not set up")
+def test_transformers_program_at_the_default_level_gets_d2_decided_as_at_level_full(tmp_path, capfd, monkeypatch):
+    # `badc-trace -- python script.py` and `badc replay`, no flags: level calls keeps 16-byte digests of
+    # the scores; replay re-runs each request with prompt lookup (its draws scripted to the recorded
+    # tokens), checks the re-run against the digests and decides D2 on its scores as level full does.
+    # A draft model's requests cannot be re-run (its proposals are sampled): unchecked, loudly.
+    monkeypatch.chdir(tmp_path)
+    cases = ("guidance", "synthid", "repetition", "stop")  # 16 requests each (stop, last: 8)
+    script = TF_PROGRAM.replace("sys.argv[1]", repr(",".join(cases)))
+    for folder in ("default", "full"):
+        (tmp_path / folder).mkdir()
+    default = trace_program(tmp_path / "default", script, TF24_BUILD.python)
+    full = trace_program(tmp_path / "full", script, TF24_BUILD.python, "--level", "full")
+    assert main(["replay", str(default)]) == 1
+    err = capfd.readouterr().err
+    assert "UNCHECKED: 24 of 56 requests not checked in full" in err and "draft model" in err, err
+    lookup = {r for i in range(len(cases)) for r in range(16 * i, 16 * i + 8)}
+    violating = set(_violating_requests(default))
+    assert violating == set(_violating_requests(full)) & lookup
+    assert violating & set(range(8)) and violating & set(range(16, 24)) and not violating - set(range(32))
 
 
 # Programs that load models the ways users do, which replay must load again the same way: a model folder

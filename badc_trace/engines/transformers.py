@@ -17,7 +17,9 @@ tracked as nesting, its calls carry role `draft`):
   the ids it was given, the position's logical prefix length `logical_len`, its role (`filter`: the
   prompt-lookup drafter's candidate filtering on all-one placeholder scores; `verify`: assisted
   decoding's verification; `step`: an ordinary sampling step; `draft`: inside a draft model), a digest
-  of the processor's state and, at level `full`, the incoming and outgoing float32 scores, each vector
+  of the processor's state and, at level `calls`, 16-byte digests of its outgoing scores (`out_digest`)
+  and of its incoming ones where they are not the previous element's (`in_digest`), which replay checks
+  a re-run of the request against; at level `full`, the incoming and outgoing float32 scores, each vector
   written once: an element whose incoming scores are the previous element's outgoing ones says so
   (`in_previous`), and a list whose scores are its recorded elements' (the first one's incoming, the
   last one's outgoing) gives their number (`scores_elements`) instead (V = 49,152 floats are 196 KB;
@@ -36,6 +38,7 @@ adds scores.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +74,12 @@ def _f32(t: Any) -> bytes:
     return (a if a.dtype == np.float32 else a.astype(np.float32)).reshape(-1).tobytes()
 
 
+def scores_digest(scores: bytes) -> bytes:
+    """What level calls keeps of a float32 score vector (`_f32`'s bytes): 16 bytes instead of 4 per token.
+    Replay re-runs the request with its draws scripted and checks it got these vectors bit for bit."""
+    return hashlib.blake2b(scores, digest_size=16).digest()
+
+
 def _plain(v: Any) -> Any:
     # settings may be numpy or torch scalars (an adapted threshold comes from sklearn's roc_curve)
     return v.item() if hasattr(v, "item") else v
@@ -95,6 +104,7 @@ class _Request(Request):
     first_in: bytes | None = None
     last_out: bytes | None = None
     recorded: int = 0
+    last_out_obj: Any = None  # level calls: the tensor the last recorded element returned (the next one's input)
     in_element: int = 0
     last_draft: tuple[int, list[int]] | None = None  # (committed length, proposal)
     candidate_pending: bool = False  # between a drafter's return and its block's verification
@@ -346,20 +356,20 @@ class TransformersInstrumentor(BaseInstrumentor):
             return wrapped(*args, **kwargs)
         for p in instance:
             self._wrap_element(type(p))
-        outer = (req.elements, req.list_role, req.first_in, req.last_out, req.recorded)
+        outer = (req.elements, req.list_role, req.first_in, req.last_out, req.recorded, req.last_out_obj)
         ids, scores = args[0], args[1]
         role = self._role(req)
         if role == "verify":
             req.candidate_pending = False
         req.elements, req.list_role = list(instance), role
-        req.first_in, req.last_out, req.recorded = None, None, 0
+        req.first_in, req.last_out, req.recorded, req.last_out_obj = None, None, 0, None
         full = self.sink.full
         before = _f32(scores[0]) if full else None
         try:
             out = wrapped(*args, **kwargs)
             first_in, last_out, recorded = req.first_in, req.last_out, req.recorded
         finally:
-            req.elements, req.list_role, req.first_in, req.last_out, req.recorded = outer
+            req.elements, req.list_role, req.first_in, req.last_out, req.recorded, req.last_out_obj = outer
         self.sink.count(Counter.PROCESSOR_CALLS)
         if not self.sink.recording:
             return out
@@ -390,6 +400,10 @@ class TransformersInstrumentor(BaseInstrumentor):
         ids, scores = args[0], args[1]
         full = self.sink.full
         before = _f32(scores[0]) if full else None
+        # level calls: digests of the scores; the incoming ones only where they are not the previous
+        # element's outgoing ones (the list hands each element the tensor the one before returned)
+        digest_in = scores_digest(_f32(scores[0])) if self.sink.recording and not full and \
+            scores is not req.last_out_obj else None
         req.in_element += 1
         try:
             out = wrapped(*args, **kwargs)
@@ -413,6 +427,11 @@ class TransformersInstrumentor(BaseInstrumentor):
             rec["scores_out"] = after
             req.first_in = before if not req.recorded else req.first_in
             req.last_out, req.recorded = after, req.recorded + 1
+        else:
+            if digest_in is not None:
+                rec["in_digest"] = digest_in
+            rec["out_digest"] = scores_digest(_f32(out[0]))
+            req.last_out_obj = out
         self.sink.emit(rec)
         return out
 

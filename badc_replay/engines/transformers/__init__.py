@@ -185,8 +185,12 @@ class TransformersEngine(Engine[TransformersConfig]):
         config = header.get("config", {})
         if not (isinstance(config, Mapping) and "id" in config):  # a program's trace: its requests say how
             return ProgramKernels(), None
+        arm = str(config.get("arm", "on"))
+        applied = [str(r) for r in config.get("applied", ())]
+        named = config.get("repair") if arm == "repaired" else None
+        patches = None if arm == "repaired" and not named else [*applied, *([str(named)] if named else [])]
         try:
-            return Kernel(self.parse_config(config)), None
+            return Kernel(self.parse_config(config), arm, patches), None
         except (TypeError, ValueError, KeyError) as e:
             return None, f"D2 and D3 not checked: the trace header's config is not a transformers config ({e})"
 

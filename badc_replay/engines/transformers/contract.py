@@ -9,11 +9,12 @@ import numpy as np
 
 from badc_replay.engines.transformers.config import NEG_INF_FLOOR, SCORE_TOLERANCE
 from badc_replay.engines.transformers.kernel import Kernel
+from badc_replay.engines.transformers.rerun import scores_by_record
 from badc_replay.violations import RequestUnchecked, Violation
 from badc_trace.portable import NotPortable
 
-NO_SCORES = ("D2 not checked: the trace has no scores (recorded at level calls); trace with `badc-trace --level "
-             "full` to check each processor's output against a fresh one replayed along the prefix")
+NO_SCORES = ("trace with `badc-trace --level full` to record the scores, and D2 checks each processor's output "
+             "against a fresh one replayed along the prefix without a re-run")
 
 
 def _text(tokens: tuple[int, ...] | list[int]) -> str:
@@ -73,6 +74,13 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any], cont
         except NotPortable as e:
             unchecked = f"D2 and D3 not checked: {e}"
     stop_map = kernel.stop_map if kernel is not None else None
+    rerun: dict[int, tuple[bytes, bytes]] = {}
+    if kernel is not None and any(r["type"] == "processor" and r["proc"] >= 0 and r["role"] in ("verify", "step")
+                                  and ("scores_in" not in r or "scores_out" not in r) for r in records):
+        try:  # level calls: the scores are digests; a re-run of the request recovers them (rerun.py)
+            rerun = scores_by_record(records, kernel.rerun)
+        except NotPortable as e:
+            unchecked = f"D2 not checked: {e}; {NO_SCORES}"
     checked_to = len(prompt)
     for i, rec in enumerate(records):
         kind = rec["type"]
@@ -88,11 +96,13 @@ def check_request(records: list[dict[str, Any]], config: Mapping[str, Any], cont
             if rec["proc"] == -1 and ids != expected:
                 out.append(Violation(rec["req"], i, "D1", f"processor list, {rec['role']} call", expected,
                                      f"{len(expected)} ids (the position's logical prefix)", f"ids {ids}"))
-            if kernel is not None and rec["proc"] >= 0 and "scores_in" not in rec:
-                unchecked = unchecked or NO_SCORES
-            elif kernel is not None and rec["proc"] >= 0:
-                want = kernel.expected_element(rec["proc"], ids, rec["scores_in"])
-                seen = _floats(rec["scores_out"])
+            scores = (rec["scores_in"], rec["scores_out"]) if "scores_in" in rec and "scores_out" in rec \
+                else rerun.get(i)
+            if kernel is not None and rec["proc"] >= 0 and scores is None:
+                unchecked = unchecked or f"D2 not checked: record {i} has no scores; {NO_SCORES}"
+            elif kernel is not None and rec["proc"] >= 0 and scores is not None:
+                want = kernel.expected_element(rec["proc"], ids, scores[0])
+                seen = _floats(scores[1])
                 diff = _score_diff(want, seen)
                 if diff > SCORE_TOLERANCE:
                     tokens = _most_different(want, seen)

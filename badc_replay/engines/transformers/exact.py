@@ -15,8 +15,9 @@ draw: not scripted here (UNSUPPORTED, with the reason).
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,22 +41,31 @@ def row_kept(before_kept: bool, before: int, candidate: int) -> bool:
     return before_kept and before == candidate
 
 
-def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
-    if cfg.drafter.get("method") != "prompt_lookup":
-        raise ExactUnavailable(UNSUPPORTED, "a draft model's stochastic proposal: its candidates are sampled by "
-                                            "another generate() and accepted by min(1, p/q) with a residual draw; "
-                                            "only prompt lookup is scripted")
+def scripted_multinomial(candidates: list[int], choose: Callable[[np.ndarray], int],
+                         filler: Callable[[int, np.ndarray], int]) -> Callable[..., Any]:
+    """`torch.multinomial` for a generate() with prompt lookup (or none): a verification block's rows (as many
+    as the current `candidates` plus one) draw in order through `choose` while each kept row drew its
+    candidate, the others get `filler(row, probs)`; any other call draws each row through `choose`."""
     import torch
 
-    from badc_replay.repairs import load_intervention
+    def multinomial(probs: Any, num_samples: int = 1, *a: Any, **k: Any) -> Any:
+        rows = probs.reshape(-1, probs.shape[-1]).double().numpy()
+        if rows.shape[0] != len(candidates) + 1:  # not a verification block: an ordinary draw
+            return torch.tensor([[choose(r / r.sum())] for r in rows])
+        out: list[int] = []
+        kept = True
+        for i, r in enumerate(rows):
+            kept = i == 0 or row_kept(kept, out[i - 1], candidates[i - 1])
+            out.append(choose(r / r.sum()) if kept else filler(i, r))
+        return torch.tensor(out).reshape(-1, 1)
 
-    h = Harness(cfg, speculative=True)
-    undos = [load_intervention(rid).apply(h.repair_target) for rid in patches]
-    model = h.model
-    candidates: list[int] = []  # the current verification block's, from the candidate generator
-    proposed = [0]
-    filler = [lambda row, probs: 0]  # the token a discarded row gets (the soundness pass varies it)
+    return multinomial
 
+
+@contextlib.contextmanager
+def candidates_watched(model: Any, candidates: list[int], proposed: list[int] | None = None) -> Iterator[None]:
+    """While inside, `candidates` holds the current verification block's candidate tokens, read from the
+    candidate generator's own return (and `proposed[0]` counts them)."""
     def candidate_generator(*a: Any, **k: Any) -> Any:
         gen = type(model)._get_candidate_generator(model, *a, **k)
         get = gen.get_candidates
@@ -63,29 +73,36 @@ def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundn
         def get_candidates(input_ids: Any, *ga: Any, **gk: Any) -> Any:
             out = get(input_ids, *ga, **gk)
             candidates[:] = [int(t) for t in out[0][0, int(input_ids.shape[1]):].tolist()]
-            proposed[0] += len(candidates)
+            if proposed is not None:
+                proposed[0] += len(candidates)
             return out
 
         gen.get_candidates = get_candidates
         return gen
 
-    def run(choose: Choose) -> str:
-        def multinomial(probs: Any, num_samples: int = 1, *a: Any, **k: Any) -> Any:
-            rows = probs.reshape(-1, probs.shape[-1]).double().numpy()
-            if rows.shape[0] != len(candidates) + 1:  # not a verification block: an ordinary draw
-                return torch.tensor([[choose(r / r.sum())] for r in rows])
-            out: list[int] = []
-            kept = True
-            for i, r in enumerate(rows):
-                kept = i == 0 or row_kept(kept, out[i - 1], candidates[i - 1])
-                out.append(choose(r / r.sum()) if kept else filler[0](i, r))
-            return torch.tensor(out).reshape(-1, 1)
+    model._get_candidate_generator = candidate_generator
+    try:
+        yield
+    finally:
+        del model._get_candidate_generator
 
-        model._get_candidate_generator = candidate_generator
-        try:
-            return h.scripted(multinomial)
-        finally:
-            del model._get_candidate_generator
+
+def speculative_law(cfg: TransformersConfig, patches: Sequence[str] = (), soundness: int = 0) -> SpeculativeLaw:
+    if cfg.drafter.get("method") != "prompt_lookup":
+        raise ExactUnavailable(UNSUPPORTED, "a draft model's stochastic proposal: its candidates are sampled by "
+                                            "another generate() and accepted by min(1, p/q) with a residual draw; "
+                                            "only prompt lookup is scripted")
+    from badc_replay.repairs import load_intervention
+
+    h = Harness(cfg, speculative=True)
+    undos = [load_intervention(rid).apply(h.repair_target) for rid in patches]
+    candidates: list[int] = []  # the current verification block's, from the candidate generator
+    proposed = [0]
+    filler = [lambda row, probs: 0]  # the token a discarded row gets (the soundness pass varies it)
+
+    def run(choose: Choose) -> str:
+        with candidates_watched(h.model, candidates, proposed):
+            return h.scripted(scripted_multinomial(candidates, choose, lambda i, r: filler[0](i, r)))
 
     try:
         law = enumerate_law(run, what=f"config {cfg.id}", keep_leaves=soundness > 0)

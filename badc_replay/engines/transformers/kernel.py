@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from badc_replay.engines.transformers.config import TransformersConfig
-from badc_replay.engines.transformers.harness import Harness
+from badc_replay.engines.transformers.harness import Harness, prompt_lookup_kwargs
 from badc_replay.enumeration import Choose, ExactLaw, enumerate_law
 
 
@@ -23,24 +23,37 @@ class Kernel:
     stopping criteria from the engine's factories, the processed distribution at a logical prefix
     (stateful processors replayed along it), and the exact law P."""
 
-    def __init__(self, cfg: TransformersConfig):
+    def __init__(self, cfg: TransformersConfig, arm: str = "on", patches: Sequence[str] | None = ()):
+        """`arm` and `patches` (the frozen repairs its engine ran with; None: not known) are the traced
+        arm's: a request traced at level calls is re-run as it ran (`rerun`)."""
         self.cfg: TransformersConfig | None = cfg
         self.h: Harness | None = Harness(cfg, speculative=False)
-        self._start(self.h.model, self.h.prompt, self.h.call_kwargs)
+        speculation: dict[str, Any] | str = {}
+        if arm.startswith("on") or arm == "repaired":
+            speculation = prompt_lookup_kwargs(cfg) or ("its drafter is a draft model, whose proposals are "
+                                                        "sampled in another generate()")
+        if patches is None:
+            speculation = "the trace header does not name the frozen repair its arm ran with"
+        self._start(self.h.model, self.h.prompt, self.h.call_kwargs, speculation, patches or ())
 
     @classmethod
-    def of_program(cls, model: Any, prompt: list[int], call_kwargs: Callable[[], dict[str, Any]]) -> Kernel:
+    def of_program(cls, model: Any, prompt: list[int], call_kwargs: Callable[[], dict[str, Any]],
+                   speculation: dict[str, Any] | str) -> Kernel:
         """The kernel of one request of a program badc never saw: its model, prompt and generate()
-        keywords (`call_kwargs` makes them fresh, stateful processors included), no campaign config."""
+        keywords (`call_kwargs` makes them fresh, stateful processors included, without the drafter's),
+        no campaign config; `speculation` is the drafter's keywords (prompt lookup's: {} for none), or why
+        the request cannot be re-run."""
         kernel = cls.__new__(cls)
         kernel.cfg = kernel.h = None
-        kernel._start(model, prompt, call_kwargs)
+        kernel._start(model, prompt, call_kwargs, speculation, ())
         return kernel
 
-    def _start(self, model: Any, prompt: list[int], call_kwargs: Callable[[], dict[str, Any]]) -> None:
+    def _start(self, model: Any, prompt: list[int], call_kwargs: Callable[[], dict[str, Any]],
+               speculation: dict[str, Any] | str, patches: Sequence[str]) -> None:
         import torch
 
         self.model, self.prompt, self.call_kwargs = model, [int(t) for t in prompt], call_kwargs
+        self.speculation, self.patches = speculation, tuple(patches)
         self.input_ids = torch.tensor([self.prompt])
         self._logits: dict[tuple[int, ...], Any] = {}
         self._replayed: dict[tuple[int, tuple[int, ...]], Any] = {}
@@ -160,6 +173,23 @@ class Kernel:
             with torch.no_grad():
                 hit = self._expected[key] = proc(torch.tensor([list(ids)]), incoming)[0].float().numpy()
         return hit
+
+    def rerun(self, tokens: list[int]) -> list[dict[str, Any]]:
+        """The processor records (scores included) of the request re-run with speculation as it was traced
+        and its draws scripted to `tokens` (rerun.py); NotPortable where it cannot be re-run."""
+        from badc_replay.engines.transformers.rerun import rerun_records
+        from badc_replay.repairs import load_intervention
+        from badc_trace.portable import NotPortable
+
+        if isinstance(self.speculation, str):
+            raise NotPortable(f"{self.speculation}; only requests with prompt lookup or plain decoding are re-run")
+        undos = [load_intervention(rid).apply(self.model) for rid in self.patches]
+        try:
+            return rerun_records(self.model, self.input_ids, {**self.call_kwargs(), **self.speculation}, tokens)
+        finally:
+            for undo in reversed(undos):
+                if callable(undo):
+                    undo()
 
     def stop_map(self, ids: list[int] | tuple[int, ...]) -> bool:
         """Whether fresh stopping criteria stop at `ids` (cached: they are a function of the ids)."""

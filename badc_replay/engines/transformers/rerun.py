@@ -1,0 +1,113 @@
+"""D2 from level calls: the scores a trace keeps only as digests, recovered by re-running the request (live).
+
+At level calls a processor record keeps 16-byte digests of its float32 scores (`out_digest`, and
+`in_digest` where its incoming scores are not the previous element's outgoing ones), not the scores: on a
+real vocabulary those are 196 KB a call. Replay runs the request again under the engine itself, with
+speculation as the program had it and only `torch.multinomial` scripted to draw the recorded tokens, with
+the probe at level full in memory. When every processor call of the re-run has the recorded ids and
+scores whose digests are the recorded ones, its scores are the original run's bit for bit, and D2 is
+checked on them exactly as at level full. When anything differs (another machine's float kernels, a
+drafter whose proposals are themselves sampled), the request's D2 is unchecked, saying where the re-run
+left the trace: never a pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from badc_replay.engines.transformers.written_once import with_scores
+from badc_trace.engines.transformers import scores_digest
+from badc_trace.outcomes import parse_outcome
+from badc_trace.portable import NotPortable
+
+# The generate() keywords of a drafter whose draws the re-run can script: prompt lookup proposes from the
+# ids alone (a draft model samples its proposals in another generate(): not scripted, as in the exact channel).
+PROMPT_LOOKUP = frozenset({"prompt_lookup_num_tokens", "max_matching_ngram_size"})
+
+
+class _Records:
+    """A trace writer that keeps the records in memory."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+
+    def close(self) -> None:
+        pass
+
+
+def rerun_records(model: Any, input_ids: Any, kwargs: dict[str, Any], tokens: list[int]) -> list[dict[str, Any]]:
+    """The processor records (level full, scores resolved) of one generate() of `model` with `kwargs`,
+    every kept sampled row drawing the next of `tokens` (the request's returned ones; rows past them, which
+    the engine discards, draw their most likely token)."""
+    import torch
+
+    from badc_replay.engines.transformers.exact import candidates_watched, scripted_multinomial
+    from badc_trace.engines.transformers import TransformersInstrumentor
+    from badc_trace.instrument import TraceSink
+
+    probe = TransformersInstrumentor()
+    if probe.is_instrumented:
+        raise NotPortable("the request is re-run under the probe, and the transformers probe is already installed "
+                          "in this process")
+    path = iter(tokens)
+    candidates: list[int] = []
+    multinomial = scripted_multinomial(candidates, lambda p: next(path, int(np.argmax(p))),
+                                       lambda i, p: int(np.argmax(p)))
+    writer = _Records()
+    sink = TraceSink(writer, "full", pieces=False)  # type: ignore[arg-type]
+    original = torch.multinomial
+    probe.instrument(sink)
+    torch.multinomial = multinomial
+    try:
+        with candidates_watched(model, candidates), torch.no_grad():
+            model.generate(input_ids, **kwargs)
+    except Exception as e:
+        raise NotPortable(f"the re-run of the request raised {type(e).__name__}: {e}") from None
+    finally:
+        torch.multinomial = original
+        probe.uninstrument()
+        sink.flush()
+    return [r for r in with_scores(writer.records) if r["type"] == "processor"]
+
+
+def scores_by_record(records: list[dict[str, Any]], rerun: Any) -> dict[int, tuple[bytes, bytes]]:
+    """For one request traced at level calls: each processor element record's index -> its (incoming,
+    outgoing) scores from a re-run, `rerun(tokens)` giving the re-run's processor records. Raises
+    NotPortable naming the first call where the re-run is not the recorded run."""
+    ret = next((r for r in records if r["type"] == "return"), None)
+    if ret is None:
+        raise NotPortable("the request has no return record, whose tokens a re-run follows")
+    if parse_outcome(str(ret["outcome"])).crash:
+        raise NotPortable("the request ended in a crash, which a re-run cannot follow")
+    wanted = [(i, r) for i, r in enumerate(records) if r["type"] == "processor"]
+    got = rerun(list(ret["tokens"]))
+    out: dict[int, tuple[bytes, bytes]] = {}
+    for n, (i, a) in enumerate(wanted):
+        if n >= len(got):
+            raise NotPortable(f"the re-run made {len(got)} processor calls, the trace {len(wanted)}: record {i} "
+                              f"(processor {a['proc']}, {a['role']}, {len(a['ids'])} ids) has no counterpart")
+        b = got[n]
+        for key in ("proc", "role", "ids"):
+            if a[key] != b[key]:
+                raise NotPortable(f"the re-run left the trace at record {i}, processor call {n}: {key} expected "
+                                  f"{a[key]!r}, saw {b[key]!r}")
+        if a["proc"] < 0:
+            continue
+        if "out_digest" not in a or "scores_in" not in b or "scores_out" not in b:
+            raise NotPortable(f"record {i} (processor {a['proc']}) has no digest of its scores to check a re-run "
+                              "against (traced by an older badc, or a record without them)")
+        for key, side, digest in (("in_digest", "incoming", scores_digest(b["scores_in"])),
+                                  ("out_digest", "outgoing", scores_digest(b["scores_out"]))):
+            if key in a and a[key] != digest:
+                raise NotPortable(f"the re-run did not reproduce record {i} (processor {a['proc']} "
+                                  f"{a['name']}, {a['role']} call at {len(a['ids'])} ids) bit for bit: its {side} "
+                                  f"scores' digest is {digest.hex()}, the trace's {a[key].hex()}")
+        out[i] = (b["scores_in"], b["scores_out"])
+    if len(got) != len(wanted):
+        raise NotPortable(f"the re-run made {len(got)} processor calls, the trace {len(wanted)}")
+    return out
