@@ -2,7 +2,8 @@
 processor call's scores, replay re-runs the request under the engine with its draws scripted to the
 recorded tokens and checks the re-run's scores against the digests, then D2 exactly as at level full.
 It must find what level full finds, catch a processor that is off by one score entry, hold where full
-holds, and say unchecked, never held, where the re-run is not the recorded run."""
+holds, and say unchecked, never held, where the re-run is not the recorded run. With prompt lookup and
+with a draft model."""
 
 import weakref
 
@@ -101,11 +102,18 @@ def test_a_rerun_that_does_not_reproduce_the_trace_is_unchecked_never_held(tmp_p
     assert "did not reproduce record" in reason and "outgoing scores' digest is" in reason
 
 
-def test_a_draft_models_request_is_unchecked_at_level_calls(tmp_path):
+@pytest.mark.parametrize("generation", [{"guidance_scale": 1.5}, {"temperature": 0.7}])
+def test_a_draft_models_requests_are_re_run_too(tmp_path, generation):
+    # The re-run scripts the assistant's draws (its proposals, from the draft records), the target's draw
+    # after the accepted ones and the uniform draws of speculative sampling (accepting exactly the
+    # proposals the returned tokens repeat): the same first violations as level full, none unchecked.
     c = tf.ENGINE.parse_config({"id": "A", **BASE, "drafter": {"method": "draft_model", "model": "tiny:11"},
-                                "generation": {"guidance_scale": 1.5}})
-    path = str(tmp_path / "a.badc")
-    collect(tf.ENGINE, c, "on", 3, 7, trace_path=path, level="calls")
-    [(reason, n)] = replay_trace(path).partial.items()
-    assert n == 3 and "draft model" in reason
-    assert torch.multinomial.__module__ == "torch"  # the re-run's script is undone
+                                "generation": generation})
+    got = {}
+    for level in ("calls", "full"):
+        path = str(tmp_path / f"a-{level}.badc")
+        collect(tf.ENGINE, c, "on", 12, 7, trace_path=path, level=level)
+        got[level] = firsts(path)
+    assert not got["calls"][0].partial and got["calls"][1] == got["full"][1]
+    assert bool(got["calls"][1]) == ("guidance_scale" in generation)
+    assert torch.multinomial.__module__ == "torch" and torch.rand_like.__module__ == "torch"  # scripts undone

@@ -116,6 +116,21 @@ def prompt_lookup_kwargs(cfg: TransformersConfig) -> dict[str, Any]:
             "max_matching_ngram_size": int(d.get("max_ngram_size", 2))}
 
 
+def draft_model_kwargs(cfg: TransformersConfig) -> dict[str, Any]:
+    """generate()'s keywords for the config's draft-model drafter: the assistant, loaded, with the draft
+    length, schedule and confidence threshold set on its generation config."""
+    d = cfg.drafter
+    assistant, _ = load_model(d.get("model", "tiny:11"))
+    gc = assistant.generation_config
+    if "num_assistant_tokens" in d:
+        gc.num_assistant_tokens = int(d["num_assistant_tokens"])
+        gc.num_assistant_tokens_schedule = "constant"
+    gc.num_assistant_tokens_schedule = d.get("schedule", gc.num_assistant_tokens_schedule)
+    if "confidence_threshold" in d:
+        gc.assistant_confidence_threshold = float(d["confidence_threshold"])
+    return {"assistant_model": assistant}
+
+
 class Harness:
     """Runs one configuration: `draw(seed)` -> outcome string."""
 
@@ -139,15 +154,7 @@ class Harness:
             if d["method"] == "prompt_lookup":
                 self.spec_kwargs = prompt_lookup_kwargs(cfg)
             else:
-                assistant, _ = load_model(d.get("model", "tiny:11"))
-                self.spec_kwargs = {"assistant_model": assistant}
-                gc = assistant.generation_config
-                if "num_assistant_tokens" in d:
-                    gc.num_assistant_tokens = int(d["num_assistant_tokens"])
-                    gc.num_assistant_tokens_schedule = "constant"
-                gc.num_assistant_tokens_schedule = d.get("schedule", gc.num_assistant_tokens_schedule)
-                if "confidence_threshold" in d:
-                    gc.assistant_confidence_threshold = float(d["confidence_threshold"])
+                self.spec_kwargs = draft_model_kwargs(cfg)
 
     def call_kwargs(self) -> dict[str, Any]:
         """generate() keywords for one request; third-party processors are made fresh for each

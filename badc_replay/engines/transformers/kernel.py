@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from badc_replay.engines.transformers.config import TransformersConfig
-from badc_replay.engines.transformers.harness import Harness, prompt_lookup_kwargs
+from badc_replay.engines.transformers.harness import Harness, draft_model_kwargs, prompt_lookup_kwargs
 from badc_replay.enumeration import Choose, ExactLaw, enumerate_law
 
 
@@ -28,28 +29,28 @@ class Kernel:
         arm's: a request traced at level calls is re-run as it ran (`rerun`)."""
         self.cfg: TransformersConfig | None = cfg
         self.h: Harness | None = Harness(cfg, speculative=False)
-        speculation: dict[str, Any] | str = {}
+        speculation: Callable[[], dict[str, Any]] | str = dict
         if arm.startswith("on") or arm == "repaired":
-            speculation = prompt_lookup_kwargs(cfg) or ("its drafter is a draft model, whose proposals are "
-                                                        "sampled in another generate()")
+            speculation = (lambda: prompt_lookup_kwargs(cfg)) if cfg.drafter["method"] == "prompt_lookup" else \
+                functools.cache(lambda: draft_model_kwargs(cfg))  # the assistant is loaded at the first re-run
         if patches is None:
             speculation = "the trace header does not name the frozen repair its arm ran with"
         self._start(self.h.model, self.h.prompt, self.h.call_kwargs, speculation, patches or ())
 
     @classmethod
     def of_program(cls, model: Any, prompt: list[int], call_kwargs: Callable[[], dict[str, Any]],
-                   speculation: dict[str, Any] | str) -> Kernel:
+                   speculation: Callable[[], dict[str, Any]] | str) -> Kernel:
         """The kernel of one request of a program badc never saw: its model, prompt and generate()
         keywords (`call_kwargs` makes them fresh, stateful processors included, without the drafter's),
-        no campaign config; `speculation` is the drafter's keywords (prompt lookup's: {} for none), or why
-        the request cannot be re-run."""
+        no campaign config; `speculation` gives the drafter's keywords ({} for none), or says why the
+        request cannot be re-run."""
         kernel = cls.__new__(cls)
         kernel.cfg = kernel.h = None
         kernel._start(model, prompt, call_kwargs, speculation, ())
         return kernel
 
     def _start(self, model: Any, prompt: list[int], call_kwargs: Callable[[], dict[str, Any]],
-               speculation: dict[str, Any] | str, patches: Sequence[str]) -> None:
+               speculation: Callable[[], dict[str, Any]] | str, patches: Sequence[str]) -> None:
         import torch
 
         self.model, self.prompt, self.call_kwargs = model, [int(t) for t in prompt], call_kwargs
@@ -174,18 +175,19 @@ class Kernel:
                 hit = self._expected[key] = proc(torch.tensor([list(ids)]), incoming)[0].float().numpy()
         return hit
 
-    def rerun(self, tokens: list[int]) -> list[dict[str, Any]]:
-        """The processor records (scores included) of the request re-run with speculation as it was traced
-        and its draws scripted to `tokens` (rerun.py); NotPortable where it cannot be re-run."""
+    def rerun(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The processor records (scores included) of the request whose `records` these are, re-run with
+        speculation as it was traced and its draws scripted to its path (rerun.py); NotPortable where it
+        cannot be re-run."""
         from badc_replay.engines.transformers.rerun import rerun_records
         from badc_replay.repairs import load_intervention
         from badc_trace.portable import NotPortable
 
         if isinstance(self.speculation, str):
-            raise NotPortable(f"{self.speculation}; only requests with prompt lookup or plain decoding are re-run")
+            raise NotPortable(self.speculation)
         undos = [load_intervention(rid).apply(self.model) for rid in self.patches]
         try:
-            return rerun_records(self.model, self.input_ids, {**self.call_kwargs(), **self.speculation}, tokens)
+            return rerun_records(self.model, self.input_ids, {**self.call_kwargs(), **self.speculation()}, records)
         finally:
             for undo in reversed(undos):
                 if callable(undo):

@@ -13,7 +13,6 @@ from typing import Any
 
 from badc_replay.engines.transformers.harness import load_pretrained
 from badc_replay.engines.transformers.kernel import Kernel
-from badc_replay.engines.transformers.rerun import PROMPT_LOOKUP
 from badc_trace import portable
 from badc_trace.engines.transformers import TransformersInstrumentor
 
@@ -57,10 +56,10 @@ class ProgramKernels:
                 args = portable.loads(blob, PORTABLE)["kwargs"]
                 return {k: self._resolve(v) for k, v in args.items() if k not in SPECULATIVE}
 
-            drafter = {k: v for k, v in portable.loads(blob, PORTABLE)["kwargs"].items() if k in SPECULATIVE}
-            speculation: dict[str, Any] | str = drafter if set(drafter) <= PROMPT_LOOKUP else (
-                f"its drafter is a draft model ({', '.join(sorted(set(drafter) - PROMPT_LOOKUP))}), whose "
-                "proposals are sampled in another generate()")
+            def speculation() -> dict[str, Any]:  # the drafter's keywords, an assistant model loaded once
+                args = portable.loads(blob, PORTABLE)["kwargs"]
+                return {k: self._resolve(v) for k, v in args.items() if k in SPECULATIVE}
+
             self._kernels[slot] = Kernel.of_program(model, request["prompt"], call_kwargs, speculation)
         return self._kernels[slot]
 
