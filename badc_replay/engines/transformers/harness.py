@@ -108,10 +108,8 @@ def _compile_grammars(cfg: TransformersConfig, tokenizer: Any, model: Any) -> li
 
 
 def prompt_lookup_kwargs(cfg: TransformersConfig) -> dict[str, Any]:
-    """generate()'s keywords for the config's prompt-lookup drafter ({} for a draft model)."""
+    """generate()'s keywords for the config's prompt-lookup drafter."""
     d = cfg.drafter
-    if d["method"] != "prompt_lookup":
-        return {}
     return {"prompt_lookup_num_tokens": int(d.get("num_tokens", 3)),
             "max_matching_ngram_size": int(d.get("max_ngram_size", 2))}
 
