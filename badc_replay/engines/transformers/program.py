@@ -50,7 +50,7 @@ class ProgramKernels:
                                        "does not hold")
         slot = (key, tuple(request["prompt"]))
         if slot not in self._kernels:
-            model = self._model(portable.loads(blob, PORTABLE)["model"])
+            model = self._model(portable.loads(blob, PORTABLE)["model"], "target")
 
             def call_kwargs() -> dict[str, Any]:  # fresh objects for every call: processors keep state
                 args = portable.loads(blob, PORTABLE)["kwargs"]
@@ -58,15 +58,18 @@ class ProgramKernels:
 
             def speculation() -> dict[str, Any]:  # the drafter's keywords, an assistant model loaded once
                 args = portable.loads(blob, PORTABLE)["kwargs"]
-                return {k: self._resolve(v) for k, v in args.items() if k in SPECULATIVE}
+                return {k: self._resolve(v, "assistant") for k, v in args.items() if k in SPECULATIVE}
 
             self._kernels[slot] = Kernel.of_program(model, request["prompt"], call_kwargs, speculation)
         return self._kernels[slot]
 
-    def _model(self, ref: portable.Ref) -> Any:
+    def _model(self, ref: portable.Ref, role: str) -> Any:
+        """The model `ref` names, loaded once per role: an assistant loaded from the target's own folder is
+        another object in the program (its generation config is the drafter's state), and so here."""
         import torch
 
-        slot = (ref.path, ref.load, ref.dtype, portable.digest(portable.dumps(ref.generation_config, PORTABLE)))
+        slot = (role, ref.path, ref.load, ref.dtype,
+                portable.digest(portable.dumps(ref.generation_config, PORTABLE)))
         if slot not in self._models:
             try:  # the weights alone: a folder without tokenizer files (a program that passes ids) is common
                 model = load_pretrained("model", ref.path, dict(ref.load))
@@ -79,11 +82,11 @@ class ProgramKernels:
             self._models[slot] = model
         return self._models[slot]
 
-    def _resolve(self, v: Any) -> Any:
+    def _resolve(self, v: Any, role: str = "target") -> Any:
         if not isinstance(v, portable.Ref):
             return v
         if v.kind == "model":
-            return self._model(v)
+            return self._model(v, role)
         slot = (v.path, v.load)
         if slot not in self._tokenizers:  # only where the program passed one (stop strings need it)
             try:

@@ -143,6 +143,12 @@ def scores_by_record(records: list[dict[str, Any]], rerun: Any) -> dict[int, tup
         if "out_digest" not in a or "scores_in" not in b or "scores_out" not in b:
             raise NotPortable(f"record {i} (processor {a['proc']}) has no digest of its scores to check a re-run "
                               "against (traced by an older badc, or a record without them)")
+        prev = wanted[n - 1][1] if n else None
+        if "in_digest" not in a and not (prev is not None and prev["proc"] >= 0 and prev["ids"] == a["ids"]):
+            # the probe leaves it out only where the scores are the previous element's outgoing ones, checked
+            raise NotPortable(f"record {i} (processor {a['proc']}) has no digest of its incoming scores, and the "
+                              "record before it is not an element of the same call: the re-run's incoming "
+                              "scores cannot be checked")
         for key, side, digest in (("in_digest", "incoming", scores_digest(b["scores_in"])),
                                   ("out_digest", "outgoing", scores_digest(b["scores_out"]))):
             if key in a and a[key] != digest:
