@@ -11,6 +11,7 @@ from badc_check.decide import FAILS, INCONCLUSIVE, NOT_REJECTED, Arm, Config, de
 from badc_replay.arms import collect
 from badc_replay.contract import replay_trace
 from badc_replay.engines import transformers as tf
+from badc_replay.engines.transformers.kernel import Kernel
 from badc_replay.worker import laws
 from tests.shard_resume import kill_and_resume, same_shard
 
@@ -255,6 +256,40 @@ def test_probes_record_roles_and_leave_nothing_patched(tmp_path):
     # counts level writes no per-call records
     collect(tf.ENGINE, c, "off", 5, 1, trace_path=str(tmp_path / "c.badc"), level="counts")
     assert [r["type"] for r in read_trace(str(tmp_path / "c.badc"))] == ["counts"]
+
+
+def test_d2_goes_on_from_each_checked_call_and_bounded_caches_keep_the_verdicts(tmp_path, monkeypatch):
+    # A guidance processor's step runs the unconditional model: replay goes on from the processor it has just
+    # checked at a row (called along that prefix) to the next row, instead of stepping a copy with placeholder
+    # scores again: half the forwards of replaying each row's prefix apart. Replay's caches are bounded (a
+    # real vocabulary's score vectors are 196 KB); caches of one or two entries give the same verdicts.
+    from transformers.generation import logits_process as lp
+
+    collect(tf.ENGINE, cfg(generation={"guidance_scale": 1.5}), "on", 30, 1, trace_path=str(tmp_path / "t.badc"),
+            level="full")
+    guidance = lp.UnbatchedClassifierFreeGuidanceLogitsProcessor
+    forwards = {"n": 0}
+    step = guidance.get_unconditional_logits
+
+    def counted(self, *a, **k):
+        forwards["n"] += 1
+        return step(self, *a, **k)
+
+    monkeypatch.setattr(guidance, "get_unconditional_logits", counted)
+    runs = {}
+    for name, kept in {"as shipped": {}, "apart": {"CHECKED_KEPT": 0},
+                       "tiny caches": {"REPLAYED_KEPT": 2, "CHECKED_KEPT": 1, "SCORES_KEPT_BYTES": 1}}.items():
+        with monkeypatch.context() as m:
+            for attr, n in kept.items():
+                m.setattr(Kernel, attr, n)
+            forwards["n"] = 0
+            res = replay_trace(str(tmp_path / "t.badc"))
+        runs[name] = (forwards["n"], (res.violations, res.unchecked, str(res.first_per_request)))
+    verdicts = {name: v for name, (_, v) in runs.items()}
+    assert verdicts["as shipped"] == verdicts["apart"] == verdicts["tiny caches"]
+    assert verdicts["as shipped"][0] > 0  # guidance's state defect: D2 on this build's drafts
+    saved, apart = runs["as shipped"][0], runs["apart"][0]
+    assert saved < 0.6 * apart, (saved, apart)
 
 
 def test_a_processor_exception_is_a_crash_outcome(tmp_path):

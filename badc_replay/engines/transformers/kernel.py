@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,10 +21,46 @@ class _Captured(Exception):
         self.processors, self.stopping = processors, stopping
 
 
+class _Lru:
+    """The most recently used entries of a cache: at most `entries`, whose `size(key, value)` add up to at most
+    `budget` (the last one kept whatever its size). Replay's caches pay off across the draws of one
+    configuration on a tiny model; on a real vocabulary a score vector is 196 KB, and a trace of thousands of
+    requests with other prefixes must not grow replay's memory without end."""
+
+    def __init__(self, entries: float, budget: float = math.inf, size: Callable[[Any, Any], int] = lambda k, v: 0):
+        self.entries, self.budget, self._size = entries, budget, size
+        self._d: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: Any) -> Any:
+        value = self._d.get(key)
+        if value is not None:
+            self._d.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: Any) -> Any:
+        if key in self._d:
+            self._bytes -= self._size(key, self._d.pop(key))
+        self._d[key] = value
+        self._bytes += self._size(key, value)
+        while len(self._d) > self.entries or (self._bytes > self.budget and len(self._d) > 1):
+            self._bytes -= self._size(*self._d.popitem(last=False))
+        return value
+
+
+def _scores_bytes(key: Any, value: Any) -> int:
+    return sum(len(k) for k in key if isinstance(k, bytes)) + int(np.asarray(value).nbytes)
+
+
 class Kernel:
     """The sequential kernel of one configuration: model logits at a prefix, fresh processors and
     stopping criteria from the engine's factories, the processed distribution at a logical prefix
     (stateful processors replayed along it), and the exact law P."""
+
+    # What replay's caches keep (`_Lru`): processors replayed along a prefix (a guidance processor holds the
+    # unconditional model's cache, about 0.4 MB on SmolLM2), the last ones D2 checked, to go on from
+    # (`expected_element`), and score vectors (logits and D2's expected scores with their incoming ones)
+    REPLAYED_KEPT, CHECKED_KEPT, SCORES_KEPT_BYTES = 4096, 64, 256 << 20
 
     def __init__(self, cfg: TransformersConfig, arm: str = "on", patches: Sequence[str] | None = ()):
         """`arm` and `patches` (the frozen repairs its engine ran with; None: not known) are the traced
@@ -56,9 +94,12 @@ class Kernel:
         self.model, self.prompt, self.call_kwargs = model, [int(t) for t in prompt], call_kwargs
         self.speculation, self.patches = speculation, tuple(patches)
         self.input_ids = torch.tensor([self.prompt])
-        self._logits: dict[tuple[int, ...], Any] = {}
-        self._replayed: dict[tuple[int, tuple[int, ...]], Any] = {}
-        self._expected: dict[tuple[int, tuple[int, ...], bytes], np.ndarray] = {}
+        self._logits = _Lru(math.inf, self.SCORES_KEPT_BYTES, lambda k, v: v.numel() * v.element_size())
+        self._replayed = _Lru(self.REPLAYED_KEPT)  # (index, ids) -> element `index` ready for its call at ids
+        # element `index` after D2's call at `ids` on its recorded scores: called along ids, so ready for the
+        # next row's call (the check is that row's step too)
+        self._checked = _Lru(self.CHECKED_KEPT)
+        self._expected = _Lru(math.inf, self.SCORES_KEPT_BYTES, _scores_bytes)
         self._stops: dict[tuple[int, ...], bool] = {}
         self._pristine: tuple[Any, Any] | None = None  # the first fresh pair, never called
         self._copyable = True
@@ -112,10 +153,11 @@ class Kernel:
         import torch
 
         key = tuple(ids)
-        if key not in self._logits:
+        hit = self._logits.get(key)
+        if hit is None:
             with torch.no_grad():
-                self._logits[key] = self.model(torch.tensor([key])).logits[0, -1].float()
-        return self._logits[key].clone()
+                hit = self._logits.put(key, self.model(torch.tensor([key])).logits[0, -1].float())
+        return hit.clone()
 
     def replayed(self, index: int, ids: list[int] | tuple[int, ...]) -> Any:
         """A fresh element `index` of the processor list (-1: the whole list), called along the
@@ -129,6 +171,8 @@ class Kernel:
         start, proc = len(self.prompt), None
         for t in range(len(ids), len(self.prompt), -1):
             hit = self._replayed.get((index, ids[:t]))
+            if hit is None:
+                hit = self._checked.get((index, ids[:t - 1]))
             if hit is None:
                 continue
             try:
@@ -146,7 +190,7 @@ class Kernel:
             for t in range(start, len(ids)):
                 proc(torch.tensor([list(ids[:t])]), zeros.clone())
         try:
-            self._replayed[(index, ids)] = copy.deepcopy(proc, {id(self.model): self.model})
+            self._replayed.put((index, ids), copy.deepcopy(proc, {id(self.model): self.model}))
         except Exception:
             pass
         return proc
@@ -172,7 +216,10 @@ class Kernel:
             proc = self.replayed(index, ids)
             incoming = torch.from_numpy(np.frombuffer(scores_in, dtype=np.float32).copy()).reshape(1, -1)
             with torch.no_grad():
-                hit = self._expected[key] = proc(torch.tensor([list(ids)]), incoming)[0].float().numpy()
+                hit = self._expected.put(key, proc(torch.tensor([list(ids)]), incoming)[0].float().numpy())
+            # the call on recorded scores leaves the state the placeholder call would (the registered stateful
+            # processors' state ignores scores): `replayed` goes on from it, a guidance forward saved per row
+            self._checked.put((index, tuple(ids)), proc)
         return hit
 
     def rerun(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
