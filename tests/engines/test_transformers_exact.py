@@ -16,10 +16,24 @@ from badc_replay.exact import UNSUPPORTED, ExactUnavailable
 
 SYNTHID = {"type": "synthid", "keys": [654, 400, 836, 123, 340, 443, 597, 160], "ngram_len": 2}
 FLOAT = 1e-6  # block against step logits in float32: the controls measure ~1e-7
+VERSION = tf.ENGINE.version()
 
 
 def cfg(**kw):
     return tf.ENGINE.parse_config({"id": "T", "max_new_tokens": 3, **kw})
+
+
+def assert_same_law(mu, law, c):
+    """mu is `law` to float rounding; on 5.12.0, whose verification block can return more than max_new_tokens
+    (its own defect, test_5_12_returns_more_than_max_new_tokens), except for those outputs: all of the
+    difference lies on them, and there is some."""
+    if VERSION != "5.12.0":
+        assert tv(mu, law) < FLOAT
+        return
+    over = tf.ENGINE.predicate("max_new_tokens", c)
+    overshoot = sum(v for y, v in mu.items() if over(y))
+    assert overshoot > 0 and all(over(y) for y in mu if y not in law)
+    assert abs(tv(mu, law) - overshoot) < FLOAT
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +44,7 @@ def _cache(tmp_path_factory, monkeypatch):
 def test_plain_sampling_mu_is_p_and_every_pruned_leaf_is_sound():
     c = cfg()
     mu = tf.ENGINE.speculative_law(c, soundness=60)
-    assert tv(mu.law, tf.ENGINE.reference_law(c).law) < FLOAT
+    assert_same_law(mu.law, tf.ENGINE.reference_law(c).law, c)
     assert mu.proposed > 0 and mu.soundness.leaves == 60 and mu.soundness.mismatches == 0
 
 
@@ -41,8 +55,8 @@ def test_stateful_processors_mu_is_the_hypothesis_law_and_the_repair_gives_p(gen
     p = tf.ENGINE.reference_law(c).law
     mu = tf.ENGINE.speculative_law(c).law
     assert tv(mu, p) > 0.05
-    assert tv(mu, tf.ENGINE.hypothesis_law(c, hypothesis).law) < FLOAT
-    assert tv(tf.ENGINE.speculative_law(c, ["transformers/stateful-replay"]).law, p) < FLOAT
+    assert_same_law(mu, tf.ENGINE.hypothesis_law(c, hypothesis).law, c)
+    assert_same_law(tf.ENGINE.speculative_law(c, ["transformers/stateful-replay"]).law, p, c)
 
 
 def test_stop_string_mass_lies_exactly_where_p_is_zero():
@@ -52,8 +66,9 @@ def test_stop_string_mass_lies_exactly_where_p_is_zero():
     structural = sum(v for y, v in mu.items() if y not in p)
     assert structural > 1e-3 and abs(tv(mu, p) - structural) < FLOAT
     past_stop = tf.ENGINE.predicate("stop_strings", c)
-    assert all(past_stop(y) for y in mu if y not in p)
-    assert tv(mu, tf.ENGINE.hypothesis_law(c, "H-D3-stopstring").law) < FLOAT
+    over = tf.ENGINE.predicate("max_new_tokens", c) if VERSION == "5.12.0" else lambda y: False
+    assert all(past_stop(y) or over(y) for y in mu if y not in p)
+    assert_same_law(mu, tf.ENGINE.hypothesis_law(c, "H-D3-stopstring").law, c)
 
 
 def test_a_drafter_that_proposes_nothing_and_a_draft_model():
