@@ -1,4 +1,5 @@
-"""The replay verdict of every committed findings trace (findings/**/*.badc), as `badc replay --json` gives it.
+"""The replay verdict of every committed findings trace (the findings/**/*.badc git tracks), as `badc replay
+--json` gives it.
 
 `--write` records them in findings/replay-verdicts.json; without it, each trace is replayed again and
 compared with the record (exit 1 on a difference, naming the trace and the field). A change to replay
@@ -26,7 +27,11 @@ KEPT = ("status", "calls", "violations", "requests", "violating_requests", "by_c
 
 
 def traces() -> list[Path]:
-    return sorted((ROOT / "findings").rglob("*.badc"))
+    """The traces git tracks under findings/: a campaign's own traces are ignored (.gitignore) and are
+    not in a fresh clone, so a working tree that has them must not record or expect their verdicts."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--", "findings/*.badc"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout
+    return sorted(ROOT / name for name in listed.split("\0") if name)
 
 
 def verdict(trace: Path) -> dict[str, Any]:
