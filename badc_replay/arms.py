@@ -101,12 +101,15 @@ def checkpoint_interval() -> float:
 def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tuple[Callable[[int], str], Any]], *,
                 engine: str | Engine, build: str, trace_config: dict[str, Any], trace_path: str | None, level: str,
                 seal: str = "", progress: Callable[..., None] | None = None, progress_every: int = 1000,
-                records: Callable[[str], dict[str, Any]] | None = None, batch: int = 1) -> ArmResult:
+                records: Callable[[str], dict[str, Any]] | None = None, batch: int = 1,
+                replay: bool = True) -> ArmResult:
     """`setup()` builds the engine under the probe and returns (draw(seed) -> outcome, undo or None);
     with `batch` > 1, draw takes a list of at most `batch` seeds and returns their outcomes (engines that
     batch requests). `progress(done)` is called every `progress_every` draws, and `progress(done, True)`
     once for the draws a checkpoint holds. `records(trace_path)` checks returned records (channel R)
-    after the contract replay, with `engine`'s contract (given by name: the registered engine's)."""
+    after the contract replay, with `engine`'s contract (given by name: the registered engine's).
+    `replay=False` writes the trace and leaves it unchecked (the result has no contract): tools/bench.py
+    times the draw loop that way."""
     replayer = engine if isinstance(engine, Engine) else None
     engine = engine.name if isinstance(engine, Engine) else engine
     every = checkpoint_interval()
@@ -157,7 +160,7 @@ def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tupl
     contract = None
     violations = 0
     checked = None
-    if trace_path is not None and level != "counts":
+    if trace_path is not None and level != "counts" and replay:
         res = replay_trace(trace_path, engine=replayer)
         contract = res.to_dict()
         violations = len(res.violating_requests)
@@ -172,7 +175,7 @@ def collect_arm(spec: ArmSpec, probe: BaseInstrumentor, setup: Callable[[], tupl
 def collect(engine: Engine, cfg: Any, arm: str, draws: int, campaign_seed: int, *, trace_path: str | None = None,
             level: str | None = None, repair: str | None = None, start: int = 0,
             progress: Callable[..., None] | None = None, seed_arm: str | None = None,
-            seal: str = "", applied: Sequence[str] = ()) -> ArmResult:
+            seal: str = "", applied: Sequence[str] = (), replay: bool = True) -> ArmResult:
     """Draws `start .. start + draws - 1` of one arm of `engine`'s config (`off*` without speculation, `on*`,
     `repaired`), probed and traced; the trace is replayed against the engine's contract (level calls or full).
     `applied` are frozen repairs taken as part of the build under test (every arm gets them, in order,
@@ -202,7 +205,8 @@ def collect(engine: Engine, cfg: Any, arm: str, draws: int, campaign_seed: int, 
         return collect_arm(ArmSpec(cfg.id, arm, draws, campaign_seed, start, seed_arm), engine.probe(), setup,
                            engine=engine, build=engine.version(), level=level or engine.trace_level, seal=seal,
                            trace_path=trace_path, trace_config=header, progress=progress,
-                           progress_every=engine.progress_every, records=check, batch=engine.batch)
+                           progress_every=engine.progress_every, records=check, batch=engine.batch,
+                           replay=replay)
     except BaseException:
         _last_harness.clear()  # an engine that failed a draw may not serve another
         raise

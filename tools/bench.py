@@ -12,10 +12,11 @@ family at 200,000 draws per arm, and draws per arm to FAILS with `--anytime` aga
 paper's strong effects. Rates leave out start-up (engine load, model build): each is timed between the
 first progress report of a loop and its end. The bare loop runs before and after the levels; the
 levels are compared with the mean time per draw of the two (the machine's speed drifts). Level counts,
-whose cost is a few percent, and level full with its trace replay, whose targets sit a few hundredths
+level calls (the default) and level full with its trace replay, whose targets sit a few hundredths
 from today's figures, are measured apart: alternating blocks of bare draws and of the level's (a full
-block's time includes replaying its trace), each block timed whole, their ratio summed over the rounds
-(the spread of the rounds shows the resolution). The last line is a one-line summary of the ratios.
+block's time includes replaying its trace; a calls block's is its draw loop), each pair of blocks making
+the same draws, their ratio summed over the rounds (the spread of the rounds shows the resolution). The last line is a
+one-line summary of the ratios.
 
     .venv/bin/python tools/bench.py            # about 15 minutes on 2 cores
     .venv/bin/python tools/bench.py --quick    # at most 5 minutes
@@ -114,32 +115,45 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
         return (draws - warm) / (time.perf_counter() - t)
 
     def alternating(rounds: int, level: str) -> None:
-        """Level counts, and level full with its trace replay (collect replays the trace it wrote), against the
-        bare loop in alternating blocks, each timed whole: a probe's few percent are below the drift between
-        two separate loops here, and between adjacent blocks the drift is small."""
+        """Level counts, level calls (the default) and level full with its trace replay (collect replays the
+        trace it wrote), against the bare loop in alternating blocks: a probe's few percent are below the
+        drift between two separate loops here, and between adjacent blocks the drift is small. Both blocks
+        of a round make the same draws (the bare one draws the seeds collect derives), so a round compares
+        the same work. A counts or full block is timed whole; a calls block from its first draw's end to its
+        last's (the draw loop: the rate the default level costs, without the trace's start; its trace is not
+        replayed, the calls cell times that), and its bare block likewise."""
+        from badc_trace.seeds import draw_seed
+
         block = -(-draws // rounds // engine.batch) * engine.batch
-        first = draws * (1 if level == "counts" else 2)  # seeds the other loops do not use
+        first = draws * {"counts": 1, "full": 2, "calls": 3}[level]  # seeds the other loops do not use
+        every, engine.progress_every = engine.progress_every, engine.batch  # a mark after each draw
         t_bare = t_level = 0.0
         ratios = []
         for r in range(rounds):
             lo = first + r * block
-            t = time.perf_counter()
-            for i in range(lo, lo + block, engine.batch):
-                harness.draw(list(range(i, i + engine.batch))) if engine.batch > 1 else harness.draw(i)
-            b = time.perf_counter() - t
+            seeds = [draw_seed(1, cfg.id, "on", i) for i in range(lo, lo + block)]
+            ends = [time.perf_counter()]
+            for i in range(0, block, engine.batch):
+                harness.draw(seeds[i:i + engine.batch]) if engine.batch > 1 else harness.draw(seeds[i])
+                ends.append(time.perf_counter())
+            loop = level == "calls" and block > engine.batch  # one batch a block (vLLM): timed whole
+            b = ends[-1] - ends[1 if loop else 0]
             trace = None if level == "counts" else os.path.join(folder, f"{engine_name}-{level}-ab-{r}.badc")
-            t = time.perf_counter()
-            collect(engine, cfg, "on", block, 1, start=lo, level=level, trace_path=trace)
-            c = time.perf_counter() - t
+            ends = [time.perf_counter()]
+            collect(engine, cfg, "on", block, 1, start=lo, level=level, trace_path=trace, replay=level != "calls",
+                    progress=lambda done, resumed=False, ends=ends: ends.append(time.perf_counter()))
+            c = ends[-1] - ends[1] if loop else time.perf_counter() - ends[0]
             t_bare, t_level = t_bare + b, t_level + c
             ratios.append(b / c)
+        engine.progress_every = every
         out[f"{level}_ab"], out[f"{level}_ab_rounds"] = t_bare / t_level, ratios
 
     for cell in cells:
+        started = time.perf_counter()
         if cell == "bare":
             harness = process_harness(engine, cfg, "on")  # the levels' cells after it reuse it
             out["bare"] = bare()
-        elif cell in ("counts_ab", "full_ab"):
+        elif cell in ("counts_ab", "calls_ab", "full_ab"):
             alternating(AB_ROUNDS, cell.removesuffix("_ab"))
         elif cell == "law":
             t = time.perf_counter()
@@ -150,16 +164,17 @@ def child(engine_name: str, draws: int, cells: list[str], folder: str) -> dict[s
             trace = None if cell == "counts" else os.path.join(folder, f"{engine_name}-{cell}.badc")
             arm, level, repair = ("repaired", "full", ENGINES[engine_name]["repair"]) if cell == "repaired" else \
                 ("on", cell, None)
-            collect(engine, cfg, arm, draws, 1, trace_path=trace, level=level, repair=repair,
-                           progress=lambda done, resumed=False, marks=marks: marks.append((time.perf_counter(), done)))
+            collect(engine, cfg, arm, draws, 1, trace_path=trace, level=level, repair=repair, replay=False,
+                    progress=lambda done, resumed=False, marks=marks: marks.append((time.perf_counter(), done)))
             out[cell] = _loop_rate(marks)
-            if trace is not None:  # collect replays its trace too; timed here on its own
+            if trace is not None:  # its replay, timed on its own
                 t = time.perf_counter()
                 res = replay_trace(trace)
                 replay = time.perf_counter() - t
                 out[f"{cell}_replay_calls_per_s"] = res.calls / replay if replay else float("nan")
                 out[f"{cell}_bytes_per_draw"] = os.path.getsize(trace) / draws
                 out[f"{cell}_with_replay"] = 1 / (1 / out[cell] + replay / draws)  # draw loop, then its replay
+        print(f"[bench] {engine_name} {cell}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     if harness is not None and len(cells) > 1:
         # the bare loop again after the levels: these machines' speed drifts by tens of percent within a
         # minute, so the levels are compared with the mean time per draw of a bare loop on either side
@@ -188,6 +203,9 @@ def _run_child(python: str, engine: str, draws: int, cells: list[str], folder: s
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode:
         raise RuntimeError(f"{engine} {cells}: {proc.stderr[-1500:]}")
+    for line in proc.stderr.splitlines():  # each cell's time: where a slow run goes
+        if line.startswith("[bench] "):
+            print(line, file=sys.stderr)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -203,9 +221,13 @@ def _worker_rate(python: str, engine: str, draws: int, level: str, folder: str) 
     with subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT) as proc:
         for line in proc.stderr:
             if line.startswith("progress "):
-                marks.append((time.perf_counter(), int(line.split()[2].split("/")[0])))
-    if proc.returncode:
-        raise RuntimeError(f"{engine} worker exited {proc.returncode}")
+                done, total = map(int, line.split()[2].split("/"))
+                marks.append((time.perf_counter(), done))
+                if done == total:  # the draw loop is timed; its trace's replay is not (the levels' cells time it)
+                    proc.terminate()
+                    break
+    if not marks or marks[-1][1] < draws:
+        raise RuntimeError(f"{engine} worker exited {proc.returncode} after {marks[-1][1] if marks else 0} draws")
     return _loop_rate(marks)
 
 
@@ -216,7 +238,8 @@ def engine_figures(engine: str, quick: bool, folder: str) -> dict[str, Any] | No
     draws = ENGINES[engine]["draws"][0 if quick else 1]
     from badc_replay.registry import get_engine
 
-    cells = ["bare", "counts_ab", "full_ab", "calls", "full", *(["repaired"] if "repair" in ENGINES[engine] else [])]
+    cells = ["bare", "counts_ab", "calls_ab", "full_ab", "calls", "full",
+             *(["repaired"] if "repair" in ENGINES[engine] else [])]
     fig: dict[str, Any] = {"draws": draws}
     real = "model" in ENGINES[engine]["config"]  # a trained checkpoint: no exact law, no worker cell
     law = [] if real else ["law"]
@@ -323,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = []
     with tempfile.TemporaryDirectory() as folder:
         print("\n| engine | draws | bare draws/s (before, after the levels) | counts (alternating with bare: all, "
-              "rounds' range) | calls | full | full + replay (alternating, as counts) | "
+              "rounds' range) | calls (alternating, as counts, draw loop) | full | "
+              "full + replay (alternating, as counts) | "
               "replay calls/s | bytes/draw calls, full | exact law | worker / bench (calls) | "
               "repaired arm: time / on arm's |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -338,9 +362,9 @@ def main(argv: list[str] | None = None) -> int:
             bare = fig["bare"]
             r = {lv: fig[lv] / bare for lv in LEVELS if lv in fig}
             # alternating blocks: a ratio within each round, not across loops
-            r["counts"], r["full_replay"] = fig["counts_ab"], fig["full_ab"]
+            r["counts"], r["calls"], r["full_replay"] = fig["counts_ab"], fig["calls_ab"], fig["full_ab"]
             spread = {lv: f" ({min(fig[f'{lv}_ab_rounds']):.2f}-{max(fig[f'{lv}_ab_rounds']):.2f})"
-                      for lv in ("counts", "full")}
+                      for lv in ("counts", "calls", "full")}
             worker = fig["worker_calls"] / fig["calls"] if "worker_calls" in fig else float("nan")
             law = f"{fig['law_s']:.1f} s ({fig['law_outcomes']} outcomes)" if "law_s" in fig else "-"
             # the repaired arm against the on arm, both at level full with their replay: a time ratio
@@ -348,12 +372,13 @@ def main(argv: list[str] | None = None) -> int:
             rep = "-" if repaired is None else f"{repaired:.2f}"
             drift = f" ({_rate(fig['bare_first'])}, {_rate(fig['bare_last'])})" if "bare_last" in fig else ""
             print(f"| {engine} | {fig['draws']:,} | {_rate(bare)}{drift} | {r['counts']:.2f}{spread['counts']} | "
-                  f"{r['calls']:.2f} | {r['full']:.2f} | {r['full_replay']:.2f}{spread['full']} | "
+                  f"{r['calls']:.2f}{spread['calls']} | {r['full']:.2f} | {r['full_replay']:.2f}{spread['full']} | "
                   f"{fig['full_replay_calls_per_s']:,.0f} | {fig['calls_bytes_per_draw']:.0f}, "
                   f"{fig['full_bytes_per_draw']:.0f} | {law} | "
                   f"{worker:.2f} | {rep} |")
-            summary.append(f"{engine} counts {r['counts']:.2f} full+replay {r['full_replay']:.2f} "
-                           f"worker {worker:.2f}" + ("" if repaired is None else f" repaired {repaired:.2f}"))
+            summary.append(f"{engine} counts {r['counts']:.2f} calls {r['calls']:.2f} "
+                           f"full+replay {r['full_replay']:.2f} worker {worker:.2f}"
+                           + ("" if repaired is None else f" repaired {repaired:.2f}"))
         t = time.monotonic()
         w = figures["workers"] = workers_figures(args.quick, folder)
         print(f"[bench] workers: {time.monotonic() - t:.0f} s", file=sys.stderr)
